@@ -1,0 +1,79 @@
+# The project's commands. `make demo` runs against a real local cluster; `make test` runs
+# every test. See README.md.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+TESTENV_DIR := $(CURDIR)/target/testenv
+TESTENV_BIN := $(TESTENV_DIR)/bin
+TESTENV := $(TESTENV_BIN)/testenv
+KUBECONFIG_TESTENV := $(TESTENV_DIR)/kubeconfig
+# The Go sources and module files the testenv binaries are built from; a change to any of
+# them, and only that, triggers a rebuild.
+TESTENV_SRC := testenv/go.mod testenv/go.sum testenv/build.sh $(shell find testenv -name '*.go')
+
+# Cluster tests find the cluster and a kubectl of the same version through these.
+export TESTENV_KUBECONFIG := $(KUBECONFIG_TESTENV)
+export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
+
+.PHONY: all demo test test-unit test-cluster lint fmt cluster cluster-down cluster-status \
+	testenv bench
+
+all: lint test-unit
+
+## demo: start the real local cluster and show its nodes (the operator joins in a later issue)
+demo: cluster
+	$(TESTENV_KUBECTL) --kubeconfig $(KUBECONFIG_TESTENV) get nodes -o wide
+
+## test: lint, unit tests, then the cluster tests against a cluster this target starts and stops
+test: lint test-unit test-cluster
+
+## test-unit: the fast tier: unit, scripted and doc tests; no cluster
+test-unit:
+	cargo test --workspace --all-targets
+	cargo test --workspace --doc
+
+## test-cluster: the cluster tests (#[ignore = "needs cluster"]); starts a cluster if none runs
+## and stops it afterwards, even when a test fails; a cluster that was already up is left up
+test-cluster: testenv
+	@if $(TESTENV) status --dir $(TESTENV_DIR) >/dev/null 2>&1; then \
+	  echo "test-cluster: using the running cluster"; started=0; \
+	else \
+	  $(TESTENV) up --dir $(TESTENV_DIR); started=1; \
+	fi; \
+	rc=0; cargo test --workspace --all-targets -- --ignored --test-threads=4 || rc=$$?; \
+	if [ $$started = 1 ]; then $(TESTENV) down --dir $(TESTENV_DIR); fi; \
+	exit $$rc
+
+## lint: formatting, clippy and docs, all with warnings denied
+lint:
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+	cd testenv && test -z "$$(gofmt -l .)" && go vet ./...
+
+fmt:
+	cargo fmt --all
+	cd testenv && gofmt -w .
+
+## cluster: start the real local cluster (or report the running one); writes target/testenv/kubeconfig
+cluster: testenv
+	$(TESTENV) up --dir $(TESTENV_DIR)
+
+## cluster-down: stop every process `make cluster` started; safe to run twice
+cluster-down:
+	@if [ -x $(TESTENV_BIN)/testenv ]; then $(TESTENV) down --dir $(TESTENV_DIR); else echo "testenv: not built; nothing to stop"; fi
+
+cluster-status: testenv
+	$(TESTENV) status --dir $(TESTENV_DIR)
+
+## testenv: build the cluster's binaries, only when the Go sources or go.sum changed
+testenv: $(TESTENV_BIN)/.built
+
+$(TESTENV_BIN)/.built: $(TESTENV_SRC)
+	testenv/build.sh $(TESTENV_BIN)
+	touch $@
+
+## bench: every criterion bench
+bench:
+	cargo bench --workspace

@@ -1,0 +1,170 @@
+//! Helpers shared by the cluster tests: finding the cluster, running kubectl against it,
+//! throwaway namespaces, and bounded waits.
+//!
+//! A cluster test that finds no cluster fails with instructions; it never passes silently.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a cluster test waits for the cluster to converge before it fails. Generous: it
+/// bounds a hang, it does not measure speed.
+pub const CONVERGE: Duration = Duration::from_secs(180);
+
+/// kubectl pointed at the test cluster.
+pub struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    /// Finds the cluster through `TESTENV_KUBECONFIG` (set by the Makefile) or
+    /// `target/testenv/kubeconfig`, and kubectl through `TESTENV_KUBECTL`, the kubectl built
+    /// with the cluster, or `kubectl` on `PATH`. Panics when there is no cluster.
+    pub fn from_env() -> Self {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let kubeconfig = std::env::var_os("TESTENV_KUBECONFIG")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target/testenv/kubeconfig"));
+        assert!(
+            kubeconfig.is_file(),
+            "no cluster: {} does not exist; start one with `make cluster`, or run `make test-cluster`",
+            kubeconfig.display()
+        );
+        let built = root.join("target/testenv/bin/kubectl");
+        let bin = std::env::var_os("TESTENV_KUBECTL")
+            .map(PathBuf::from)
+            .or_else(|| built.is_file().then_some(built))
+            .unwrap_or_else(|| PathBuf::from("kubectl"));
+        Kubectl { bin, kubeconfig }
+    }
+
+    /// Runs kubectl with `args` (and `stdin`, if any); returns stdout, or an error holding
+    /// the command and its stderr.
+    pub fn try_run(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("running {}: {e}", self.bin.display()))?;
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .expect("stdin is piped")
+                .write_all(input.as_bytes())
+                .map_err(|e| format!("writing kubectl's stdin: {e}"))?;
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(|e| format!("waiting for kubectl: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "kubectl {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    /// Runs kubectl and panics if it fails.
+    pub fn run(&self, args: &[&str]) -> String {
+        self.try_run(args, None).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `kubectl apply -f -` with `manifest` on stdin.
+    pub fn apply(&self, manifest: &str) -> String {
+        self.try_run(&["apply", "-f", "-"], Some(manifest))
+            .unwrap_or_else(|e| panic!("{e}\nmanifest:\n{manifest}"))
+    }
+
+    /// Runs kubectl with `-o json` appended and parses the output.
+    pub fn try_json(&self, args: &[&str]) -> Result<serde_json::Value, String> {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let out = self.try_run(&all, None)?;
+        serde_json::from_str(&out)
+            .map_err(|e| format!("kubectl {} gave bad JSON: {e}", all.join(" ")))
+    }
+
+    /// Like [`Kubectl::try_json`], panicking on failure.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        self.try_json(args).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// A name no other test or earlier run uses: `prefix-<pid>-<n>`.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Polls `check` every 250 ms until it returns `Ok`, and returns that value. Panics with the
+/// last observation if `limit` passes first: the cluster did not converge.
+pub fn eventually<T>(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let begin = Instant::now();
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(last) if begin.elapsed() > limit => {
+                panic!("{what}: not reached within {limit:?}; last seen: {last}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(250)),
+        }
+    }
+}
+
+/// A namespace created for one test and deleted (without waiting) when dropped.
+pub struct Namespace<'k> {
+    kubectl: &'k Kubectl,
+    /// The namespace's name.
+    pub name: String,
+}
+
+impl<'k> Namespace<'k> {
+    /// Creates a namespace named `prefix-<pid>-<n>`.
+    pub fn create(kubectl: &'k Kubectl, prefix: &str) -> Self {
+        let name = unique(prefix);
+        kubectl.run(&["create", "namespace", &name]);
+        Namespace { kubectl, name }
+    }
+}
+
+impl Drop for Namespace<'_> {
+    fn drop(&mut self) {
+        let _ = self.kubectl.try_run(
+            &[
+                "delete",
+                "namespace",
+                &self.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ],
+            None,
+        );
+    }
+}
