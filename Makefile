@@ -28,10 +28,10 @@ demo: cluster
 ## test: lint, unit tests, then the cluster tests against a cluster this target starts and stops
 test: lint test-unit test-cluster
 
-## test-unit: the fast tier: unit, scripted and doc tests; no cluster
+## test-unit: the fast tier: unit, scripted and doc tests, and the orchestrator's Go tests; no cluster
 test-unit:
-	cargo test --workspace --all-targets
-	cargo test --workspace --doc
+	cargo test --workspace
+	cd testenv && go test ./...
 
 ## test-cluster: the cluster tests (#[ignore = "needs cluster"]); starts a cluster if none runs
 ## and stops it afterwards, even when a test fails; a cluster that was already up is left up
@@ -41,8 +41,8 @@ test-cluster: testenv
 	else \
 	  $(TESTENV) up --dir $(TESTENV_DIR); started=1; \
 	fi; \
-	rc=0; cargo test --workspace --all-targets -- --ignored --test-threads=4 || rc=$$?; \
-	if [ $$started = 1 ]; then $(TESTENV) down --dir $(TESTENV_DIR); fi; \
+	rc=0; cargo test --workspace --tests -- --ignored --test-threads=4 || rc=$$?; \
+	if [ $$started = 1 ]; then $(TESTENV) down --dir $(TESTENV_DIR) || rc=1; fi; \
 	exit $$rc
 
 ## lint: formatting, clippy and docs, all with warnings denied

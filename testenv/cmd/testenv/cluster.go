@@ -324,7 +324,11 @@ func runDown(args []string) error {
 	if err := os.Remove(statePath(dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	fmt.Println("testenv: cluster stopped")
+	if left := leftovers(dir); len(left) > 0 {
+		return fmt.Errorf("processes using %s still run, not started by the recorded cluster; stop them yourself:\n  %s",
+			dir, strings.Join(left, "\n  "))
+	}
+	fmt.Println("testenv: cluster stopped; no process using", dir, "is left")
 	return nil
 }
 

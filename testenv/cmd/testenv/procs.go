@@ -125,13 +125,8 @@ func (p proc) alive() bool {
 	if p.Pid <= 0 {
 		return false
 	}
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.Pid))
-	if err != nil {
-		return false
-	}
-	// A binary rebuilt while running shows as "path (deleted)".
-	exe = strings.TrimSuffix(exe, " (deleted)")
-	if exe != p.Exe {
+	// A binary rebuilt while running shows as "path (deleted)"; exeOf trims that.
+	if exe := exeOf(p.Pid); exe == "" || exe != p.Exe {
 		return false
 	}
 	// A zombie keeps its exe link until reaped; it is not running.
@@ -203,6 +198,48 @@ func (p proc) rssKiB() int {
 		}
 	}
 	return 0
+}
+
+// leftovers lists the processes that run one of the cluster's binaries from dir/bin: after
+// `down` there must be none. The orchestrator itself counts only when it serves etcd, so a
+// concurrent `testenv status` is not mistaken for a component.
+func leftovers(dir string) []string {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	bin := filepath.Join(dir, "bin") + string(filepath.Separator)
+	var found []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		exe := exeOf(pid)
+		if !strings.HasPrefix(exe, bin) || !(proc{Pid: pid, Exe: exe}).alive() {
+			continue
+		}
+		raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if filepath.Base(exe) == "testenv" && (len(args) < 2 || args[1] != "etcd") {
+			continue
+		}
+		cmdline := strings.Join(args, " ")
+		if len(cmdline) > 160 {
+			cmdline = cmdline[:160] + "..."
+		}
+		found = append(found, fmt.Sprintf("pid %d: %s", pid, cmdline))
+	}
+	return found
+}
+
+// exeOf is the binary pid runs, or "" if it cannot be read.
+func exeOf(pid int) string {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(exe, " (deleted)")
 }
 
 // logTail returns the last n lines of a component's log, for error reports.
