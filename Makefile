@@ -31,7 +31,7 @@ test: lint test-unit test-cluster
 ## test-unit: the fast tier: unit, scripted and doc tests, and the orchestrator's Go tests; no cluster
 test-unit:
 	cargo test --workspace
-	cd testenv && go test ./...
+	cd testenv && go test -v ./...
 
 ## test-cluster: the cluster tests (#[ignore = "needs cluster"]); starts a cluster if none runs
 ## and stops it afterwards, even when a test fails; a cluster that was already up is left up
