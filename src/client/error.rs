@@ -1,0 +1,273 @@
+//! The client's error type, which keeps the server's `Status` so callers can ask what
+//! happened (`is_not_found`, `is_conflict`, `is_gone`, …).
+
+use std::time::Duration;
+
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+
+/// `Result` with the client's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong talking to the API server.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server answered with an error `Status`: a non-2xx response, or an `ERROR` frame in a
+    /// watch stream.
+    #[error("{}", describe_status(.0))]
+    Api(Box<Status>),
+
+    /// The request never got an answer: connection refused, TLS handshake failure, reset.
+    #[error("request to {url} failed: {source}")]
+    Transport {
+        /// The URL the request went to.
+        url: String,
+        /// The underlying failure.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// Reading a response body failed partway.
+    #[error("reading the response from {url}: {source}")]
+    Body {
+        /// The URL the response came from.
+        url: String,
+        /// The underlying failure.
+        #[source]
+        source: hyper::Error,
+    },
+
+    /// No answer within the request timeout.
+    #[error("request to {url} timed out after {after:?}")]
+    Timeout {
+        /// The URL the request went to.
+        url: String,
+        /// The timeout that passed.
+        after: Duration,
+    },
+
+    /// A response or watch frame was not the JSON expected.
+    #[error("decoding {what}: {source}; the data began: {snippet}")]
+    Decode {
+        /// What was being decoded, e.g. `a watch frame from /api/v1/pods`.
+        what: String,
+        /// The parser's complaint.
+        #[source]
+        source: serde_json::Error,
+        /// The first bytes of the offending data, for the log.
+        snippet: String,
+    },
+
+    /// A watch stream ended in the middle of a frame.
+    #[error("watch stream from {url} ended in the middle of a frame ({len} bytes pending)")]
+    TruncatedFrame {
+        /// The URL of the watch.
+        url: String,
+        /// How many bytes of the unfinished frame had arrived.
+        len: usize,
+    },
+
+    /// The client could not be built from its configuration.
+    #[error("building the client: {0}")]
+    Build(String),
+
+    /// Loading the configuration, or obtaining credentials, failed.
+    #[error(transparent)]
+    Config(#[from] crate::config::Error),
+
+    /// A request could not be made from the arguments given: a bad name, header or patch.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+
+    /// Discovery found no resource for the kind asked for.
+    #[error("the server has no resource for {0}")]
+    ResourceNotFound(String),
+}
+
+fn describe_status(s: &Status) -> String {
+    let code = s.code.unwrap_or_default();
+    let reason = s.reason.as_deref().unwrap_or("Unknown");
+    match s.message.as_deref() {
+        Some(msg) if !msg.is_empty() => format!("{code} {reason}: {msg}"),
+        _ => format!("{code} {reason}"),
+    }
+}
+
+// === impl Error ===
+
+impl Error {
+    /// The server's `Status`, if the server answered with one.
+    pub fn status(&self) -> Option<&Status> {
+        match self {
+            Error::Api(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The HTTP status code the server gave, if it answered with an error.
+    pub fn code(&self) -> Option<u16> {
+        self.status()
+            .and_then(|s| s.code)
+            .and_then(|c| u16::try_from(c).ok())
+    }
+
+    /// The server's machine-readable reason (`NotFound`, `Conflict`, `Expired`, …).
+    pub fn reason(&self) -> Option<&str> {
+        self.status().and_then(|s| s.reason.as_deref())
+    }
+
+    /// 404: the object or resource does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(404)
+    }
+
+    /// 409: a conflict, such as an update against a stale `resourceVersion`, or a
+    /// server-side apply conflict. See also [`Error::is_already_exists`].
+    pub fn is_conflict(&self) -> bool {
+        self.code() == Some(409)
+    }
+
+    /// 409 with reason `AlreadyExists`: a create for a name that is taken.
+    pub fn is_already_exists(&self) -> bool {
+        self.is_conflict() && self.reason() == Some("AlreadyExists")
+    }
+
+    /// 410: the `resourceVersion` asked for is older than the server keeps (compacted), or a
+    /// continue token has expired. A watcher must list again.
+    pub fn is_gone(&self) -> bool {
+        self.code() == Some(410)
+    }
+
+    /// 410 with reason `Expired`: a list's continue token is too old to resume from.
+    pub fn is_expired(&self) -> bool {
+        self.is_gone() && self.reason() == Some("Expired")
+    }
+
+    /// 429: the server asks the client to slow down.
+    pub fn is_too_many_requests(&self) -> bool {
+        self.code() == Some(429)
+    }
+
+    /// 401: the credentials were not accepted.
+    pub fn is_unauthorized(&self) -> bool {
+        self.code() == Some(401)
+    }
+
+    /// 403: the credentials are valid but may not do this.
+    pub fn is_forbidden(&self) -> bool {
+        self.code() == Some(403)
+    }
+
+    /// 422: the object failed validation.
+    pub fn is_invalid(&self) -> bool {
+        self.code() == Some(422)
+    }
+
+    /// 400: the request itself was malformed.
+    pub fn is_bad_request(&self) -> bool {
+        self.code() == Some(400)
+    }
+
+    /// 504 or reason `Timeout`: the server gave up waiting, e.g. for its cache to reach a
+    /// `resourceVersion`.
+    pub fn is_server_timeout(&self) -> bool {
+        self.code() == Some(504) || self.reason() == Some("Timeout")
+    }
+
+    /// The server has not yet seen the `resourceVersion` asked for ("Too large resource
+    /// version"). A reflector answers by listing from the latest state instead.
+    pub fn is_resource_version_too_large(&self) -> bool {
+        let Some(status) = self.status() else {
+            return false;
+        };
+        let cause = status
+            .details
+            .as_ref()
+            .and_then(|d| d.causes.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.reason.as_deref() == Some("ResourceVersionTooLarge"))
+            });
+        cause
+            || status
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("Too large resource version"))
+    }
+}
+
+/// A `Status` for an error response whose body was not a `Status`.
+pub(crate) fn status_from_response(code: u16, body: &[u8]) -> Status {
+    if let Ok(mut status) = serde_json::from_slice::<Status>(body)
+        && (status.code.is_some() || status.reason.is_some() || status.message.is_some())
+    {
+        status.code.get_or_insert(i32::from(code));
+        return status;
+    }
+    let reason = http::StatusCode::from_u16(code)
+        .ok()
+        .and_then(|c| c.canonical_reason())
+        .unwrap_or("Unknown")
+        .replace(' ', "");
+    Status {
+        code: Some(i32::from(code)),
+        reason: Some(reason),
+        message: Some(snippet(body, 512)),
+        status: Some("Failure".into()),
+        ..Status::default()
+    }
+}
+
+/// The first `max` bytes of `data` as text, for error messages.
+pub(crate) fn snippet(data: &[u8], max: usize) -> String {
+    let end = data.len().min(max);
+    let mut s = String::from_utf8_lossy(&data[..end]).into_owned();
+    if data.len() > max {
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_body_is_kept_with_its_reason_and_message() {
+        let body = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"configmaps \"x\" not found","reason":"NotFound","details":{"name":"x","kind":"configmaps"},"code":404}"#;
+        let err = Error::Api(Box::new(status_from_response(404, body)));
+        assert!(err.is_not_found());
+        assert!(!err.is_conflict());
+        assert_eq!(err.reason(), Some("NotFound"));
+        assert_eq!(err.to_string(), "404 NotFound: configmaps \"x\" not found");
+    }
+
+    #[test]
+    fn a_body_that_is_not_a_status_becomes_one_from_the_code() {
+        let err = Error::Api(Box::new(status_from_response(429, b"slow down <html>")));
+        assert!(err.is_too_many_requests());
+        assert_eq!(err.reason(), Some("TooManyRequests"));
+        assert_eq!(err.to_string(), "429 TooManyRequests: slow down <html>");
+    }
+
+    #[test]
+    fn expired_continue_token_is_gone_and_expired() {
+        let body = br#"{"kind":"Status","status":"Failure","message":"The provided continue parameter is too old","reason":"Expired","code":410}"#;
+        let err = Error::Api(Box::new(status_from_response(410, body)));
+        assert!(err.is_gone() && err.is_expired());
+    }
+
+    #[test]
+    fn too_large_resource_version_is_recognised_by_its_cause() {
+        let body = br#"{"kind":"Status","status":"Failure","message":"Timeout: Too large resource version: 100, current: 5","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#;
+        let err = Error::Api(Box::new(status_from_response(504, body)));
+        assert!(err.is_resource_version_too_large());
+        assert!(err.is_server_timeout());
+        assert!(!err.is_gone());
+    }
+
+    #[test]
+    fn snippet_marks_truncation() {
+        assert_eq!(snippet(b"abcdef", 3), "abc…");
+        assert_eq!(snippet(b"abc", 3), "abc");
+    }
+}

@@ -1,0 +1,483 @@
+//! The Kubernetes API client: HTTP/1.1 and HTTP/2 over rustls, typed and dynamic APIs, and
+//! incremental watch decoding.
+//!
+//! ```text
+//!  Config ──▶ Client ─┬─▶ Api<K>  (typed: k8s-openapi kinds and custom resources)
+//!                     ├─▶ Api<DynamicObject>  (any kind, resolved through discovery)
+//!                     └─▶ raw requests (get_raw, request)
+//!
+//!  every request: token bucket (QPS, burst) ─▶ credentials ─▶ hyper (pooled; h2 by ALPN)
+//!                 ◀── 429/503 + Retry-After: wait and resend; 401: refresh credentials once
+//!                 ◀── error body ─▶ Error::Api(Status)
+//! ```
+//!
+//! A [`Client`] is cheap to clone; clones share one connection pool. Against a server that
+//! offers HTTP/2 (every kube-apiserver does), all requests, watches included, share one TLS
+//! connection.
+//!
+//! ```no_run
+//! use controller_runtime::client::{Api, Client, ListParams};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! # async fn run() -> controller_runtime::client::Result<()> {
+//! let client = Client::try_default().await?;
+//! let configmaps: Api<ConfigMap> = Api::namespaced(client, "default");
+//! for cm in configmaps.list(&ListParams::default()).await?.items {
+//!     println!("{}", cm.metadata.name.unwrap_or_default());
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod api;
+mod dynamic;
+mod error;
+mod params;
+mod rate_limit;
+mod tls;
+mod watch;
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use serde::de::DeserializeOwned;
+
+pub use api::{Api, DeleteResult, ObjectList, PartialObjectMetadata};
+pub use dynamic::{ApiResource, DynamicObject};
+pub use error::{Error, Result, Status};
+pub use params::{
+    DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
+    VersionMatch, WatchParams,
+};
+pub use watch::{
+    Bookmark, BookmarkMeta, FrameDecoder, INITIAL_EVENTS_END, WatchEvent, WatchStream, decode_event,
+};
+
+use crate::config::{Config, Credentials};
+use error::{snippet, status_from_response};
+use rate_limit::TokenBucket;
+
+/// The client-side rate limit: `qps` requests a second sustained, `burst` at once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RateLimit {
+    qps: f64,
+    burst: NonZeroU32,
+}
+
+impl RateLimit {
+    /// controller-runtime's defaults: 20 requests a second, bursts of 30.
+    pub const DEFAULT: RateLimit = RateLimit {
+        qps: 20.0,
+        burst: NonZeroU32::new(30).unwrap(),
+    };
+
+    /// A limit of `qps` a second with bursts of `burst`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Build`] unless `qps` is positive and finite and `burst` at least 1.
+    pub fn new(qps: f64, burst: u32) -> Result<RateLimit> {
+        let burst = NonZeroU32::new(burst)
+            .ok_or_else(|| Error::Build("rate limit burst must be at least 1".into()))?;
+        if !(qps.is_finite() && qps > 0.0) {
+            return Err(Error::Build(format!(
+                "rate limit qps must be positive, not {qps}"
+            )));
+        }
+        Ok(RateLimit { qps, burst })
+    }
+
+    /// Requests a second, sustained.
+    pub fn qps(&self) -> f64 {
+        self.qps
+    }
+
+    /// Requests at once.
+    pub fn burst(&self) -> u32 {
+        self.burst.get()
+    }
+}
+
+/// How a [`Client`] behaves, apart from where it connects.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Client-side rate limit; `None` sends as fast as callers ask. Default
+    /// [`RateLimit::DEFAULT`].
+    pub rate_limit: Option<RateLimit>,
+    /// Limit on a whole non-watch request, body included. Watches are bounded by their
+    /// server-side `timeoutSeconds` instead. Default 60 s.
+    pub timeout: Option<Duration>,
+    /// Sent as `User-Agent`. Default `controller-runtime-rs/<version> (<os>/<arch>)`.
+    pub user_agent: String,
+    /// How many times a request answered 429 (or 503 with `Retry-After`) is sent again,
+    /// after waiting as the server asks. Default 10, as client-go.
+    pub max_retries: u32,
+    /// Offer HTTP/2 by ALPN. Default true; HTTP/1.1 is used when the server declines.
+    pub http2: bool,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            rate_limit: Some(RateLimit::DEFAULT),
+            timeout: Some(Duration::from_secs(60)),
+            user_agent: format!(
+                "controller-runtime-rs/{} ({}/{})",
+                env!("CARGO_PKG_VERSION"),
+                std::env::consts::OS,
+                std::env::consts::ARCH
+            ),
+            max_retries: 10,
+            http2: true,
+        }
+    }
+}
+
+/// A client for one API server, as one user. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+
+struct Inner {
+    http: HyperClient<Connector, Full<Bytes>>,
+    /// `scheme://authority[/prefix]`, without a trailing slash.
+    base: String,
+    credentials: Credentials,
+    limiter: Option<TokenBucket>,
+    user_agent: HeaderValue,
+    timeout: Option<Duration>,
+    max_retries: u32,
+    default_namespace: String,
+    source: String,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("server", &self.inner.base)
+            .field("source", &self.inner.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One request, before it is sent (perhaps several times).
+pub(crate) struct Req {
+    pub(crate) method: Method,
+    /// Path and query, starting with `/`.
+    pub(crate) path: String,
+    pub(crate) body: Bytes,
+    pub(crate) content_type: Option<&'static str>,
+    pub(crate) accept: &'static str,
+}
+
+impl Req {
+    pub(crate) fn new(method: Method, path: String) -> Self {
+        Req {
+            method,
+            path,
+            body: Bytes::new(),
+            content_type: None,
+            accept: "application/json",
+        }
+    }
+
+    pub(crate) fn json_body(mut self, body: Vec<u8>) -> Self {
+        self.body = body.into();
+        self.content_type = Some("application/json");
+        self
+    }
+}
+
+// === impl Client ===
+
+impl Client {
+    /// A client for the cluster found as kubectl finds it (see [`Config::infer`]), with
+    /// default options.
+    ///
+    /// # Errors
+    ///
+    /// If no configuration can be loaded, or it cannot make a client.
+    pub async fn try_default() -> Result<Client> {
+        let config = tokio::task::spawn_blocking(Config::infer)
+            .await
+            .map_err(|e| Error::Build(format!("loading the configuration: {e}")))??;
+        Client::new(config, ClientOptions::default())
+    }
+
+    /// A client for `config`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Build`] if the URL or TLS settings are unusable.
+    pub fn new(config: Config, options: ClientOptions) -> Result<Client> {
+        let scheme = config.cluster_url.scheme_str().unwrap_or("");
+        if scheme != "https" && scheme != "http" {
+            return Err(Error::Build(format!(
+                "server {} ({}) must be an http or https URL",
+                config.cluster_url, config.source
+            )));
+        }
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(Duration::from_secs(30)));
+        http.set_keepalive(Some(Duration::from_secs(30)));
+
+        let tls = tls::client_config(&config).or_else(|e| {
+            // Plain HTTP needs no TLS; an https server does.
+            if scheme == "http" {
+                Ok(rustls_for_plain_http())
+            } else {
+                Err(e)
+            }
+        })?;
+        let builder = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http();
+        let builder = match tls::server_name(&config)? {
+            Some(name) => {
+                builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
+            }
+            None => builder,
+        };
+        let connector = if options.http2 {
+            builder.enable_all_versions().wrap_connector(http)
+        } else {
+            builder.enable_http1().wrap_connector(http)
+        };
+
+        let http = HyperClient::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            // Pings notice a dead connection under a long-lived watch.
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .http2_keep_alive_timeout(Duration::from_secs(15))
+            .http2_keep_alive_while_idle(true)
+            .build(connector);
+
+        let user_agent = HeaderValue::from_str(&options.user_agent).map_err(|_| {
+            Error::Build(format!(
+                "user agent {:?} is not a valid header",
+                options.user_agent
+            ))
+        })?;
+        let base = config
+            .cluster_url
+            .to_string()
+            .trim_end_matches('/')
+            .to_owned();
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                base,
+                credentials: Credentials::new(config.auth),
+                limiter: options.rate_limit.map(|r| TokenBucket::new(r.qps, r.burst)),
+                user_agent,
+                timeout: options.timeout,
+                max_retries: options.max_retries,
+                default_namespace: config.default_namespace,
+                source: config.source,
+            }),
+        })
+    }
+
+    /// The namespace the configuration names (its context's, or the pod's in-cluster).
+    pub fn default_namespace(&self) -> &str {
+        &self.inner.default_namespace
+    }
+
+    /// The server's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.inner.base
+    }
+
+    /// GETs `path` (e.g. `/readyz`, `/version`) and returns the body.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Api`] for a non-2xx answer; transport, timeout and body errors as they come.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling drops the request; nothing is left half-done on the client.
+    pub async fn get_raw(&self, path: &str) -> Result<Bytes> {
+        self.request_bytes(Req::new(Method::GET, path.to_owned()))
+            .await
+    }
+
+    /// Sends a request with a JSON body (if any) to `path` and decodes the JSON answer.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::get_raw`], plus [`Error::Decode`] if the answer is not a `T`.
+    pub async fn request<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<T> {
+        let req = Req::new(method, path.to_owned());
+        let req = match body {
+            Some(b) => req.json_body(b),
+            None => req,
+        };
+        self.request_json(req).await
+    }
+
+    /// Sends `req`, waiting on the rate limit first and again on each retry, and returns the
+    /// response once it is final: not 429, not 503 with `Retry-After`, not a 401 that fresh
+    /// credentials might fix.
+    async fn send(&self, req: &Req) -> Result<Response<Incoming>> {
+        let url = format!("{}{}", self.inner.base, req.path);
+        let mut retries = 0;
+        let mut reauthenticated = false;
+        loop {
+            if let Some(limiter) = &self.inner.limiter {
+                limiter.acquire().await;
+            }
+            let mut builder = Request::builder()
+                .method(req.method.clone())
+                .uri(&url)
+                .header(USER_AGENT, self.inner.user_agent.clone())
+                .header(ACCEPT, req.accept);
+            if let Some(ct) = req.content_type {
+                builder = builder.header(CONTENT_TYPE, ct);
+            }
+            if let Some(auth) = self.inner.credentials.authorization().await? {
+                builder = builder.header(AUTHORIZATION, auth);
+            }
+            let request = builder
+                .body(Full::new(req.body.clone()))
+                .map_err(|e| Error::InvalidRequest(format!("{} {url}: {e}", req.method)))?;
+
+            let response =
+                self.inner
+                    .http
+                    .request(request)
+                    .await
+                    .map_err(|e| Error::Transport {
+                        url: url.clone(),
+                        source: Box::new(e),
+                    })?;
+
+            let status = response.status();
+            if status == StatusCode::UNAUTHORIZED && !reauthenticated {
+                // A rotated token or an expired exec credential: fetch afresh, once.
+                self.inner.credentials.invalidate();
+                reauthenticated = true;
+                tracing::debug!(%url, "401 Unauthorized; refreshing credentials and retrying");
+                continue;
+            }
+            let retry_after = retry_after(&response);
+            let retryable = status == StatusCode::TOO_MANY_REQUESTS
+                || (status.is_server_error() && retry_after.is_some());
+            if retryable && retries < self.inner.max_retries {
+                retries += 1;
+                let wait = retry_after.unwrap_or(Duration::from_secs(1));
+                tracing::debug!(%url, %status, ?wait, retries, "server asked to retry");
+                drop(response);
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            return Ok(response);
+        }
+    }
+
+    async fn request_bytes(&self, req: Req) -> Result<Bytes> {
+        let url = || format!("{}{}", self.inner.base, req.path);
+        let fut = async {
+            let response = self.send(&req).await?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|source| Error::Body { url: url(), source })?
+                .to_bytes();
+            if status.is_success() {
+                Ok(body)
+            } else {
+                Err(Error::Api(Box::new(status_from_response(
+                    status.as_u16(),
+                    &body,
+                ))))
+            }
+        };
+        match self.inner.timeout {
+            Some(after) => tokio::time::timeout(after, fut)
+                .await
+                .map_err(|_| Error::Timeout { url: url(), after })?,
+            None => fut.await,
+        }
+    }
+
+    pub(crate) async fn request_json<T: DeserializeOwned>(&self, req: Req) -> Result<T> {
+        let what = format!("the response to {} {}", req.method, req.path);
+        let body = self.request_bytes(req).await?;
+        serde_json::from_slice(&body).map_err(|source| Error::Decode {
+            what,
+            source,
+            snippet: snippet(&body, 200),
+        })
+    }
+
+    pub(crate) async fn request_watch<K: DeserializeOwned>(
+        &self,
+        req: Req,
+    ) -> Result<WatchStream<K>> {
+        let response = self.send(&req).await?;
+        let status = response.status();
+        let url = format!("{}{}", self.inner.base, req.path);
+        if !status.is_success() {
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|source| Error::Body {
+                    url: url.clone(),
+                    source,
+                })?
+                .to_bytes();
+            return Err(Error::Api(Box::new(status_from_response(
+                status.as_u16(),
+                &body,
+            ))));
+        }
+        Ok(WatchStream::new(response.into_body(), url))
+    }
+}
+
+/// The wait a `Retry-After` header asks for, in whole seconds as the API server sends it.
+fn retry_after<B>(response: &Response<B>) -> Option<Duration> {
+    let secs: u64 = response
+        .headers()
+        .get(RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs))
+}
+
+/// A TLS configuration for a client that only ever speaks plain HTTP.
+fn rustls_for_plain_http() -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}

@@ -1,0 +1,361 @@
+//! Watch streams: the server's newline-delimited JSON events, decoded one frame at a time as
+//! they arrive, never buffered whole.
+//!
+//! # Implementation Details
+//!
+//! The API server writes each event as one JSON object followed by `\n`. [`FrameDecoder`]
+//! cuts frames out of the body's chunks: a frame that lies wholly inside a chunk is a
+//! zero-copy slice of it; only a frame split across chunks is copied, into a carry-over
+//! buffer. Each frame then decodes straight into a [`WatchEvent`]: the frame's `type` comes
+//! before its `object`, so the object deserializes directly into the target type without an
+//! intermediate tree.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::marker::PhantomData;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::error::{Error, Result, Status, snippet};
+
+/// The annotation on the bookmark that ends a WatchList's initial events.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// One event from a watch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchEvent<K> {
+    /// The object was created, or is part of the initial state.
+    Added(K),
+    /// The object changed.
+    Modified(K),
+    /// The object was deleted; this is its last state.
+    Deleted(K),
+    /// No object changed, but the collection reached this resourceVersion.
+    Bookmark(Bookmark),
+}
+
+/// A `BOOKMARK` event: the resourceVersion the watch has reached.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct Bookmark {
+    /// The bookmark's metadata; only `resourceVersion` and annotations are set.
+    pub metadata: BookmarkMeta,
+}
+
+/// The metadata a bookmark carries.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BookmarkMeta {
+    /// The collection's resourceVersion at this point of the stream.
+    pub resource_version: String,
+    /// Annotations; [`INITIAL_EVENTS_END`] marks the end of a WatchList's initial events.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl Bookmark {
+    /// Whether this bookmark ends the initial events of a `sendInitialEvents` watch.
+    pub fn is_initial_events_end(&self) -> bool {
+        self.metadata
+            .annotations
+            .get(INITIAL_EVENTS_END)
+            .is_some_and(|v| v == "true")
+    }
+}
+
+/// The wire form of an event: `{"type": "...", "object": {...}}`.
+#[derive(Deserialize)]
+#[serde(tag = "type", content = "object", rename_all = "UPPERCASE")]
+enum Frame<K> {
+    Added(K),
+    Modified(K),
+    Deleted(K),
+    Bookmark(Bookmark),
+    Error(Box<Status>),
+}
+
+/// Decodes one frame (one line of a watch body) into an event. An `ERROR` frame becomes
+/// [`Error::Api`] with the server's `Status` (a 410 there means the watch must relist).
+///
+/// # Errors
+///
+/// [`Error::Decode`] if the frame is not a watch event of `K`; `what` names the watch in
+/// the message.
+pub fn decode_event<K: DeserializeOwned>(frame: &[u8], what: &str) -> Result<WatchEvent<K>> {
+    match serde_json::from_slice::<Frame<K>>(frame) {
+        Ok(Frame::Added(k)) => Ok(WatchEvent::Added(k)),
+        Ok(Frame::Modified(k)) => Ok(WatchEvent::Modified(k)),
+        Ok(Frame::Deleted(k)) => Ok(WatchEvent::Deleted(k)),
+        Ok(Frame::Bookmark(b)) => Ok(WatchEvent::Bookmark(b)),
+        Ok(Frame::Error(status)) => Err(Error::Api(status)),
+        Err(source) => Err(Error::Decode {
+            what: format!("a watch frame from {what}"),
+            source,
+            snippet: snippet(frame, 200),
+        }),
+    }
+}
+
+/// Cuts newline-delimited frames out of a byte stream's chunks.
+#[derive(Debug, Default)]
+pub struct FrameDecoder {
+    /// Chunks not yet cut into frames; the first may be partly consumed.
+    chunks: VecDeque<Bytes>,
+    /// The start of a frame split across chunks.
+    partial: BytesMut,
+}
+
+impl FrameDecoder {
+    /// A decoder holding nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the next chunk of the body.
+    pub fn push(&mut self, chunk: Bytes) {
+        if !chunk.is_empty() {
+            self.chunks.push_back(chunk);
+        }
+    }
+
+    /// The next complete frame, without its newline; `None` until one has fully arrived.
+    /// Blank lines are skipped.
+    pub fn next_frame(&mut self) -> Option<Bytes> {
+        loop {
+            let chunk = self.chunks.front_mut()?;
+            match memchr(b'\n', chunk) {
+                Some(i) => {
+                    let head = chunk.split_to(i);
+                    chunk.advance(1);
+                    if chunk.is_empty() {
+                        self.chunks.pop_front();
+                    }
+                    let frame = if self.partial.is_empty() {
+                        head
+                    } else {
+                        self.partial.extend_from_slice(&head);
+                        self.partial.split().freeze()
+                    };
+                    if frame.iter().all(u8::is_ascii_whitespace) {
+                        continue;
+                    }
+                    return Some(frame);
+                }
+                None => {
+                    let rest = self.chunks.pop_front().expect("front exists");
+                    self.partial.extend_from_slice(&rest);
+                }
+            }
+        }
+    }
+
+    /// How many bytes of an unfinished frame are held, ignoring whitespace.
+    pub fn pending(&self) -> usize {
+        let partial = self
+            .partial
+            .iter()
+            .filter(|b| !b.is_ascii_whitespace())
+            .count();
+        partial
+            + self
+                .chunks
+                .iter()
+                .flat_map(|c| c.iter())
+                .filter(|b| !b.is_ascii_whitespace())
+                .count()
+    }
+}
+
+fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
+    haystack.iter().position(|&b| b == needle)
+}
+
+/// The events of one watch, decoded as they arrive.
+///
+/// The stream ends (`next` returns `None`) when the server closes the watch, normally after
+/// its `timeoutSeconds`. After an error, it yields `None`: a watch that went wrong is over,
+/// and the caller starts a new one or lists again.
+pub struct WatchStream<K> {
+    body: Option<Incoming>,
+    url: String,
+    decoder: FrameDecoder,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<K> std::fmt::Debug for WatchStream<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchStream")
+            .field("url", &self.url)
+            .field("open", &self.body.is_some())
+            .finish()
+    }
+}
+
+impl<K: DeserializeOwned> WatchStream<K> {
+    pub(crate) fn new(body: Incoming, url: String) -> Self {
+        WatchStream {
+            body: Some(body),
+            url,
+            decoder: FrameDecoder::new(),
+            _kind: PhantomData,
+        }
+    }
+
+    /// The URL this watch reads.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The next event, or `None` once the watch has ended.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Api`] for an `ERROR` frame (the server's `Status`; a 410 means the requested
+    /// resourceVersion is gone), [`Error::Decode`] for a frame that is not a valid event,
+    /// [`Error::TruncatedFrame`] if the body ends mid-frame, [`Error::Body`] if the
+    /// connection fails. Each ends the stream.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a frame read but not yet returned stays buffered for the next call.
+    pub async fn next(&mut self) -> Option<Result<WatchEvent<K>>> {
+        loop {
+            if let Some(frame) = self.decoder.next_frame() {
+                let event = decode_event(&frame, &self.url);
+                if event.is_err() {
+                    self.body = None;
+                }
+                return Some(event);
+            }
+            let body = self.body.as_mut()?;
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.decoder.push(data);
+                    }
+                }
+                Some(Err(source)) => {
+                    self.body = None;
+                    return Some(Err(Error::Body {
+                        url: self.url.clone(),
+                        source,
+                    }));
+                }
+                None => {
+                    self.body = None;
+                    let len = self.decoder.pending();
+                    if len > 0 {
+                        return Some(Err(Error::TruncatedFrame {
+                            url: self.url.clone(),
+                            len,
+                        }));
+                    }
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn frames(chunks: &[&[u8]]) -> Vec<String> {
+        let mut d = FrameDecoder::new();
+        let mut out = Vec::new();
+        for c in chunks {
+            d.push(Bytes::copy_from_slice(c));
+            while let Some(f) = d.next_frame() {
+                out.push(String::from_utf8(f.to_vec()).unwrap());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn frames_split_across_chunks_are_joined() {
+        assert_eq!(
+            frames(&[b"{\"a\":1}\n{\"b\"", b":2", b"}\n{\"c\":3}\n"]),
+            ["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]
+        );
+    }
+
+    #[test]
+    fn blank_lines_are_skipped_and_a_partial_tail_is_pending() {
+        let mut d = FrameDecoder::new();
+        d.push(Bytes::from_static(b"\n{\"a\":1}\n\n{\"b\""));
+        assert_eq!(d.next_frame().as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(d.next_frame(), None);
+        assert_eq!(d.pending(), 4);
+    }
+
+    #[test]
+    fn added_event_decodes_into_the_typed_object() {
+        let ev: WatchEvent<ConfigMap> = decode_event(
+            br#"{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"n","resourceVersion":"5"},"data":{"k":"v"}}}"#,
+            "test",
+        )
+        .unwrap();
+        let WatchEvent::Added(cm) = ev else {
+            panic!("not Added: {ev:?}")
+        };
+        assert_eq!(cm.metadata.name.as_deref(), Some("a"));
+        assert_eq!(cm.data.unwrap()["k"], "v");
+    }
+
+    #[test]
+    fn bookmark_carries_its_version_and_the_initial_events_end_mark() {
+        let ev: WatchEvent<ConfigMap> = decode_event(
+            br#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"12","annotations":{"k8s.io/initial-events-end":"true"}}}}"#,
+            "test",
+        )
+        .unwrap();
+        let WatchEvent::Bookmark(b) = ev else {
+            panic!("not a bookmark")
+        };
+        assert_eq!(b.metadata.resource_version, "12");
+        assert!(b.is_initial_events_end());
+    }
+
+    #[test]
+    fn error_frame_becomes_a_typed_gone_error() {
+        let err = decode_event::<ConfigMap>(
+            br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}}"#,
+            "test",
+        )
+        .unwrap_err();
+        assert!(err.is_gone(), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "410 Expired: too old resource version: 1 (5)"
+        );
+    }
+
+    #[test]
+    fn garbage_frame_is_a_decode_error_naming_the_watch() {
+        let err = decode_event::<ConfigMap>(
+            b"{\"type\":\"ADDED\",\"object\":{nope",
+            "/api/v1/configmaps",
+        )
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("decoding a watch frame from /api/v1/configmaps: "),
+            "{msg}"
+        );
+        assert!(
+            msg.ends_with("the data began: {\"type\":\"ADDED\",\"object\":{nope"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn unknown_event_type_is_a_decode_error() {
+        let err = decode_event::<ConfigMap>(br#"{"type":"RENAMED","object":{}}"#, "w").unwrap_err();
+        assert!(matches!(err, Error::Decode { .. }), "{err}");
+    }
+}

@@ -1,0 +1,408 @@
+//! The client against a scripted server on loopback: the exact bytes of representative
+//! requests, error bodies, 429 retries, and recorded watch streams with garbage, truncated
+//! and `ERROR` frames.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+use controller_runtime::client::{
+    Api, Client, ClientOptions, DeleteParams, DeleteResult, Error, ListParams, Patch, PatchParams,
+    PostParams, WatchEvent, WatchParams,
+};
+use controller_runtime::config::{Auth, Config, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// A server that answers each request, over any number of connections, with the next
+/// scripted response, and records every request exactly as received.
+struct Scripted {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl Scripted {
+    fn start(responses: Vec<Vec<u8>>) -> Scripted {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        let responses = Arc::new(Mutex::new(responses.into_iter()));
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                let (seen, responses) = (seen.clone(), responses.clone());
+                std::thread::spawn(move || serve(conn, &seen, &responses));
+            }
+        });
+        Scripted { addr, requests }
+    }
+
+    fn client(&self) -> Client {
+        let config = Config {
+            cluster_url: format!("http://{}", self.addr).parse().unwrap(),
+            default_namespace: "default".into(),
+            root_certs: Vec::new(),
+            accept_invalid_certs: false,
+            tls_server_name: None,
+            identity: None,
+            auth: Auth::Bearer(Secret::new("t0ken")),
+            source: "scripted test".into(),
+        };
+        let options = ClientOptions {
+            user_agent: "test-agent/1".into(),
+            ..ClientOptions::default()
+        };
+        Client::new(config, options).unwrap()
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn serve(
+    conn: TcpStream,
+    seen: &Mutex<Vec<String>>,
+    responses: &Mutex<std::vec::IntoIter<Vec<u8>>>,
+) {
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut writer = conn;
+    loop {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            head.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let len = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+        let mut body = vec![0; len];
+        reader.read_exact(&mut body).unwrap();
+        head.push_str(&String::from_utf8(body).unwrap());
+        // Host carries the ephemeral port; fix it so requests compare exactly.
+        let head = head
+            .lines()
+            .map(|l| {
+                if l.starts_with("host: ") {
+                    "host: server"
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        seen.lock().unwrap().push(head);
+        let Some(response) = responses.lock().unwrap().next() else {
+            return;
+        };
+        if writer.write_all(&response).is_err() {
+            return;
+        }
+    }
+}
+
+fn json_response(code: u16, reason: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {code} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// A chunked 200 whose body is `body` cut into chunks of `chunk` bytes, then closed.
+fn streamed_response(body: &[u8], chunk: usize) -> Vec<u8> {
+    let mut out =
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+            .to_vec();
+    for piece in body.chunks(chunk) {
+        out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        out.extend_from_slice(piece);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+fn testdata(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+const CM: &str = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"data":{"k":"v"}}"#;
+
+#[tokio::test]
+async fn list_sends_exactly_this_request() {
+    let server = Scripted::start(vec![json_response(
+        200,
+        "OK",
+        r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"9","continue":"abc"},"items":[]}"#,
+    )]);
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "ns");
+    let list = api
+        .list(&ListParams::default().labels("app=web").limit(2))
+        .await
+        .unwrap();
+    assert_eq!(list.metadata.continue_.as_deref(), Some("abc"));
+    assert_eq!(
+        server.requests(),
+        [
+            "GET /api/v1/namespaces/ns/configmaps?labelSelector=app%3Dweb&limit=2 HTTP/1.1\r\n\
+          user-agent: test-agent/1\r\n\
+          accept: application/json\r\n\
+          authorization: Bearer t0ken\r\n\
+          host: server\n"
+                .replace("\r\n", "\n")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn create_posts_the_object_as_json() {
+    let server = Scripted::start(vec![json_response(201, "Created", CM)]);
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "ns");
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("a".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("k".to_owned(), "v".to_owned())].into()),
+        ..ConfigMap::default()
+    };
+    let created = api.create(&PostParams::default(), &cm).await.unwrap();
+    assert_eq!(created.metadata.resource_version.as_deref(), Some("7"));
+    let body = r#"{"apiVersion":"v1","kind":"ConfigMap","data":{"k":"v"},"metadata":{"name":"a"}}"#;
+    assert_eq!(
+        server.requests(),
+        [format!(
+            "POST /api/v1/namespaces/ns/configmaps HTTP/1.1\n\
+             user-agent: test-agent/1\n\
+             accept: application/json\n\
+             content-type: application/json\n\
+             authorization: Bearer t0ken\n\
+             host: server\n\
+             content-length: {}\n\n{body}",
+            body.len()
+        )]
+    );
+}
+
+#[tokio::test]
+async fn server_side_apply_sends_the_apply_content_type_manager_and_force() {
+    let server = Scripted::start(vec![json_response(200, "OK", CM)]);
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "ns");
+    let patch = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"}});
+    api.patch(
+        "a",
+        &PatchParams::apply("op").force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .unwrap();
+    let req = &server.requests()[0];
+    assert!(
+        req.starts_with(
+            "PATCH /api/v1/namespaces/ns/configmaps/a?fieldManager=op&force=true HTTP/1.1\n"
+        ),
+        "{req}"
+    );
+    assert!(
+        req.contains("\ncontent-type: application/apply-patch+yaml\n"),
+        "{req}"
+    );
+}
+
+#[tokio::test]
+async fn delete_sends_delete_options_and_reports_a_deleted_status() {
+    let server = Scripted::start(vec![json_response(
+        200,
+        "OK",
+        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","details":{"name":"a","kind":"configmaps","uid":"u1"}}"#,
+    )]);
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "ns");
+    let result = api
+        .delete(
+            "a",
+            &DeleteParams::background().precondition(Some("u1"), None),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(result, DeleteResult::Deleted(_)), "{result:?}");
+    let req = &server.requests()[0];
+    assert!(
+        req.starts_with("DELETE /api/v1/namespaces/ns/configmaps/a HTTP/1.1\n"),
+        "{req}"
+    );
+    assert!(
+        req.ends_with(r#"{"propagationPolicy":"Background","preconditions":{"uid":"u1"}}"#),
+        "{req}"
+    );
+}
+
+#[tokio::test]
+async fn error_status_is_kept_with_its_code_reason_and_message() {
+    let server = Scripted::start(vec![json_response(
+        409,
+        "Conflict",
+        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on configmaps \"a\": the object has been modified; please apply your changes to the latest version and try again","reason":"Conflict","details":{"name":"a","kind":"configmaps"},"code":409}"#,
+    )]);
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "ns");
+    let err = api
+        .replace("a", &PostParams::default(), &ConfigMap::default())
+        .await
+        .unwrap_err();
+    assert!(err.is_conflict() && !err.is_already_exists(), "{err}");
+    assert_eq!(err.reason(), Some("Conflict"));
+    assert!(
+        err.to_string()
+            .starts_with("409 Conflict: Operation cannot be fulfilled")
+    );
+}
+
+#[tokio::test]
+async fn too_many_requests_is_retried_as_the_server_asks() {
+    let throttled =
+        b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 0\r\ncontent-length: 0\r\n\r\n".to_vec();
+    let server = Scripted::start(vec![
+        throttled.clone(),
+        throttled,
+        json_response(200, "OK", CM),
+    ]);
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "ns");
+    let cm = api.get("a").await.unwrap();
+    assert_eq!(cm.metadata.name.as_deref(), Some("a"));
+    assert_eq!(server.requests().len(), 3, "two 429s, then the answer");
+}
+
+#[tokio::test]
+async fn not_found_maps_to_none_with_get_opt() {
+    let server = Scripted::start(vec![json_response(
+        404,
+        "Not Found",
+        r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"configmaps \"zz\" not found","reason":"NotFound","code":404}"#,
+    )]);
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "ns");
+    assert_eq!(api.get_opt("zz").await.unwrap(), None);
+}
+
+async fn watch_all(body: Vec<u8>, chunk: usize) -> (Vec<WatchEvent<ConfigMap>>, Option<Error>) {
+    let server = Scripted::start(vec![streamed_response(&body, chunk)]);
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "rec");
+    let mut stream = api.watch(&WatchParams::default()).await.unwrap();
+    let mut events = Vec::new();
+    let mut error = None;
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(ev) => events.push(ev),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    // After an error the stream is over.
+    assert!(stream.next().await.is_none());
+    (events, error)
+}
+
+fn kinds(events: &[WatchEvent<ConfigMap>]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| match e {
+            WatchEvent::Added(cm) => format!("ADDED {}", cm.metadata.name.as_deref().unwrap()),
+            WatchEvent::Modified(cm) => {
+                format!("MODIFIED {}", cm.metadata.name.as_deref().unwrap())
+            }
+            WatchEvent::Deleted(cm) => format!("DELETED {}", cm.metadata.name.as_deref().unwrap()),
+            WatchEvent::Bookmark(b) => format!("BOOKMARK {}", b.metadata.resource_version),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn recorded_watch_decodes_in_order_whatever_the_chunking() {
+    for chunk in [1, 7, 100, 1 << 20] {
+        let (events, error) = watch_all(testdata("watch/configmaps.jsonl"), chunk).await;
+        assert!(error.is_none(), "chunk {chunk}: {error:?}");
+        assert_eq!(
+            kinds(&events),
+            [
+                "ADDED kube-root-ca.crt",
+                "BOOKMARK 220",
+                "ADDED settings",
+                "MODIFIED settings",
+                "ADDED other",
+                "DELETED settings",
+                "BOOKMARK 224"
+            ],
+            "chunk {chunk}"
+        );
+        let WatchEvent::Bookmark(b) = &events[1] else {
+            unreachable!()
+        };
+        assert!(b.is_initial_events_end());
+    }
+}
+
+#[tokio::test]
+async fn watch_request_asks_for_bookmarks() {
+    let server = Scripted::start(vec![streamed_response(b"", 1)]);
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "rec");
+    let mut stream = api
+        .watch(&WatchParams::default().from_version("5").timeout(290))
+        .await
+        .unwrap();
+    assert!(stream.next().await.is_none());
+    assert!(
+        server.requests()[0].starts_with(
+            "GET /api/v1/namespaces/rec/configmaps?watch=true&resourceVersion=5&timeoutSeconds=290&allowWatchBookmarks=true HTTP/1.1\n"
+        ),
+        "{}",
+        server.requests()[0]
+    );
+}
+
+#[tokio::test]
+async fn garbage_frame_ends_the_watch_with_a_decode_error_after_the_good_frames() {
+    let (events, error) = watch_all(testdata("watch/garbage.jsonl"), 64).await;
+    assert_eq!(kinds(&events), ["ADDED kube-root-ca.crt", "BOOKMARK 220"]);
+    let error = error.expect("a decode error");
+    assert!(matches!(error, Error::Decode { .. }), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("the data began: {\"type\":\"ADDED\",\"object\":{\"kind\":\"ConfigMap\" this is not JSON"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn truncated_body_ends_the_watch_with_a_truncated_frame_error() {
+    let (events, error) = watch_all(testdata("watch/truncated.jsonl"), 50).await;
+    assert_eq!(
+        kinds(&events),
+        ["ADDED kube-root-ca.crt", "BOOKMARK 220", "ADDED settings"]
+    );
+    match error {
+        Some(Error::TruncatedFrame { len, .. }) => assert_eq!(len, 150),
+        other => panic!("want a truncated frame, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn error_frame_becomes_a_gone_error_carrying_the_status() {
+    let (events, error) = watch_all(testdata("watch/error-410.jsonl"), 1 << 20).await;
+    assert!(events.is_empty());
+    let error = error.expect("the ERROR frame");
+    assert!(error.is_gone() && error.is_expired(), "{error}");
+    assert_eq!(
+        error.to_string(),
+        "410 Expired: The resourceVersion for the provided watch is too old."
+    );
+}
