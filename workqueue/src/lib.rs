@@ -1,9 +1,122 @@
-//! client-go's `util/workqueue` in Rust, on tokio.
+//! client-go's `util/workqueue` in Rust, on tokio: a fair, deduplicating work queue with
+//! delays, rate limits and metrics hooks. No Kubernetes dependency; usable on its own.
 //!
-//! This crate will hold a deduplicating work queue, a delaying queue (`add_after`), rate
-//! limiters and a rate-limited queue, with client-go's exact semantics and metrics hooks. It
-//! has no Kubernetes dependency and can be used on its own.
+//! # Map
+//!
+//! * [`Queue`] — the base queue: `add`, `get` (async), `done`, `len`, `shut_down`,
+//!   `shut_down_with_drain`.
+//! * [`DelayingQueue`] — a `Queue` plus `add_after` (earliest deadline wins).
+//! * [`RateLimitingQueue`] — a `DelayingQueue` plus `add_rate_limited`, `forget`,
+//!   `num_requeues`, driven by a [`RateLimiter`]: [`ItemExponentialFailure`], [`TokenBucket`],
+//!   [`ItemFastSlow`], [`MaxOf`], [`WithMaxWait`], and client-go's defaults
+//!   [`default_controller_rate_limiter`] and [`default_item_based_rate_limiter`].
+//! * [`MetricsProvider`] — where the seven client-go queue metrics go (none by default).
 //!
 //! ```text
-//!  producers ──add / add_after / add_rate_limited──▶ queue ──get──▶ workers ──done──▶ queue
+//!  producers ── add ─────────────────────────────────┐
+//!            ── add_after ──▶ delay heap ── due ─────┤
+//!            ── add_rate_limited ─▶ RateLimiter::when┘
+//!                                                    ▼
+//!                          FIFO of dirty items (each item at most once)
+//!                                                    │ get
+//!                                                    ▼
+//!                      workers (each item held by at most one worker) ── done ──▶ back to the
+//!                                                                      FIFO if re-added meanwhile
 //! ```
+//!
+//! # Contract
+//!
+//! The queue keeps client-go's four promises:
+//!
+//! * **Fair.** Items are handed out in the order they were added (for a delayed item, the
+//!   order in which its deadline passed).
+//! * **Stingy.** An item is never handed to two workers at once, and adding an item that is
+//!   already waiting does nothing: many adds before processing collapse into one. An item
+//!   added while it is being processed is queued again, exactly once, when its worker calls
+//!   `done`.
+//! * **Many producers and consumers.** Every handle is `Clone + Send + Sync`; `add` is
+//!   synchronous and never blocks on anything but a short lock; `get` is async and wakes
+//!   exactly one parked worker per queued item.
+//! * **Shutdown.** After `shut_down`, adds are ignored but items already queued are still
+//!   handed out; `get` returns `None` once the queue is empty. `shut_down_with_drain`
+//!   additionally waits until every queued and every in-flight item is `done`.
+//!
+//! Your side of the contract: call `done` exactly once for every item `get` returns, whether
+//! processing succeeded or not. On a rate-limited queue, `forget` an item when it succeeded
+//! (that only clears its retry history: it still needs `done`).
+//!
+//! Where this crate differs from client-go, on purpose:
+//!
+//! * an immediate `add` cancels a pending `add_after` of the same item instead of processing
+//!   it twice (kubernetes/kubernetes#126027), and an `add_after` of an item that is already
+//!   queued changes nothing — one pending request per item, the earliest wins (see
+//!   [`DelayingQueue`]);
+//! * `shut_down_with_drain` also waits for queued items (kubernetes/kubernetes#141079);
+//! * a stray `done` (for an item that is not being processed) is ignored;
+//! * `add_after` never blocks (client-go's can, on a full 1000-entry channel).
+//!
+//! # Example: a worker loop
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use workqueue::{RateLimitingQueue, default_controller_rate_limiter};
+//!
+//! fn reconcile(key: &str, handled: &AtomicUsize) -> Result<(), String> {
+//!     handled.fetch_add(1, Ordering::Relaxed);
+//!     if key.is_empty() { Err("empty key".into()) } else { Ok(()) }
+//! }
+//!
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() {
+//!     let queue = RateLimitingQueue::<String>::new(default_controller_rate_limiter());
+//!     let handled = Arc::new(AtomicUsize::new(0));
+//!
+//!     let workers: Vec<_> = (0..2)
+//!         .map(|_| {
+//!             let (queue, handled) = (queue.clone(), Arc::clone(&handled));
+//!             tokio::spawn(async move {
+//!                 while let Some(key) = queue.get().await {
+//!                     match reconcile(&key, &handled) {
+//!                         Ok(()) => queue.forget(&key),
+//!                         Err(_) => queue.add_rate_limited(key.clone()),
+//!                     }
+//!                     queue.done(&key);
+//!                 }
+//!             })
+//!         })
+//!         .collect();
+//!
+//!     for key in ["default/web", "default/cache", "default/web"] {
+//!         queue.add(key.to_string()); // the second "default/web" is deduplicated
+//!     }
+//!     queue.shut_down_with_drain().await;
+//!     for worker in workers {
+//!         worker.await.unwrap();
+//!     }
+//!     assert_eq!(handled.load(Ordering::Relaxed), 2);
+//! }
+//! ```
+
+mod delaying;
+mod metrics;
+mod queue;
+mod rate_limiter;
+mod rate_limiting;
+mod waiters;
+
+#[cfg(test)]
+mod test_util;
+
+pub use delaying::DelayingQueue;
+pub use metrics::{
+    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, NoopMetric, SettableGaugeMetric,
+    UNFINISHED_WORK_UPDATE_PERIOD,
+};
+pub use queue::{Queue, QueueConfig};
+pub use rate_limiter::{
+    Error as RateLimiterError, ItemExponentialFailure, ItemFastSlow, MaxOf, RateLimiter,
+    Result as RateLimiterResult, TokenBucket, WithMaxWait, default_controller_rate_limiter,
+    default_item_based_rate_limiter,
+};
+pub use rate_limiting::RateLimitingQueue;
