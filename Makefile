@@ -17,7 +17,7 @@ export TESTENV_KUBECONFIG := $(KUBECONFIG_TESTENV)
 export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
 .PHONY: all demo test test-unit test-cluster lint fmt cluster cluster-down cluster-status \
-	testenv bench
+	testenv bench bench-decode
 
 all: lint test-unit
 
@@ -77,3 +77,7 @@ $(TESTENV_BIN)/.built: $(TESTENV_SRC)
 ## bench: every criterion bench
 bench:
 	cargo bench --workspace
+
+## bench-decode: watch decode throughput on one core; last line `watch decode events/s: N`
+bench-decode:
+	benches/bench-decode.sh

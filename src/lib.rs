@@ -37,3 +37,6 @@
 
 pub mod client;
 pub mod config;
+
+pub use informer;
+pub use workqueue;

@@ -1,0 +1,67 @@
+//! Decoding a watch stream: 100,000 events (the 1,200 recorded in
+//! `testdata/watch/configmaps-1200.jsonl`, replayed) cut into frames from 16 KiB chunks, as
+//! the body arrives, and decoded into `WatchEvent<ConfigMap>`, on one thread.
+//!
+//! `make bench-decode` runs it and prints events per second.
+
+use bytes::Bytes;
+use controller_runtime::client::{FrameDecoder, WatchEvent, decode_event};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use k8s_openapi::api::core::v1::ConfigMap;
+
+const EVENTS: usize = 100_000;
+const CHUNK: usize = 16 * 1024;
+
+/// The recorded stream, repeated to `EVENTS` frames, in body-sized chunks.
+fn stream() -> Vec<Bytes> {
+    let recorded = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/watch/configmaps-1200.jsonl"
+    ))
+    .expect("the recorded stream");
+    let frames: Vec<&[u8]> = recorded
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mut body = Vec::new();
+    for frame in frames.iter().cycle().take(EVENTS) {
+        body.extend_from_slice(frame);
+        body.push(b'\n');
+    }
+    let body = Bytes::from(body);
+    (0..body.len())
+        .step_by(CHUNK)
+        .map(|start| body.slice(start..(start + CHUNK).min(body.len())))
+        .collect()
+}
+
+fn decode_all(chunks: &[Bytes]) -> usize {
+    let mut decoder = FrameDecoder::new();
+    let mut n = 0;
+    for chunk in chunks {
+        decoder.push(chunk.clone());
+        while let Some(frame) = decoder.next_frame() {
+            let event: WatchEvent<ConfigMap> =
+                decode_event(&frame, "the benchmark").expect("a valid event");
+            std::hint::black_box(&event);
+            n += 1;
+        }
+    }
+    n
+}
+
+fn watch_decode(c: &mut Criterion) {
+    let chunks = stream();
+    assert_eq!(decode_all(&chunks), EVENTS);
+    let bytes: usize = chunks.iter().map(Bytes::len).sum();
+    let mut group = c.benchmark_group("watch_decode");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(EVENTS as u64));
+    group.bench_function(format!("configmaps_{EVENTS}_events_{bytes}_bytes"), |b| {
+        b.iter(|| decode_all(&chunks))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, watch_decode);
+criterion_main!(benches);
