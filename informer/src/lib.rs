@@ -15,3 +15,13 @@
 //!
 //! It knows nothing of HTTP: the `ListerWatcher` trait it defines is implemented by the root
 //! crate with the real client, and by scripted fakes in tests.
+
+mod backoff;
+pub mod lister_watcher;
+mod object;
+mod reflector;
+
+pub use backoff::Backoff;
+pub use lister_watcher::{EventStream, ListOptions, ListPage, ListerWatcher, WatchOptions};
+pub use object::{DeletedFinalStateUnknown, Key, KeyError, Object, key_of, meta_key, split_key};
+pub use reflector::{LastSync, Reflector, ReflectorOptions, ReflectorStore, Trace, WatchEnd};

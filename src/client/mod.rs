@@ -32,6 +32,7 @@
 mod api;
 mod dynamic;
 mod error;
+mod lister_watcher;
 mod params;
 mod rate_limit;
 mod tls;
@@ -54,6 +55,7 @@ use serde::de::DeserializeOwned;
 pub use api::{Api, DeleteResult, ObjectList, PartialObjectMetadata};
 pub use dynamic::{ApiResource, DynamicObject};
 pub use error::{Error, Result, Status};
+pub use lister_watcher::{ApiEventStream, ApiListerWatcher};
 pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,

@@ -1,0 +1,663 @@
+//! The reflector: lists a collection, then watches it, feeding every change into a store,
+//! and lists again whenever the watch cannot go on, with client-go's rules throughout.
+//!
+//! # Implementation Details
+//!
+//! The reflector is a state machine, [`State`], moved by one function, `step`:
+//!
+//! ```text
+//!            ┌──────── Start ────────┐
+//!   WatchList│ on                    │ off
+//!            ▼                       ▼
+//!       StreamList ──fallback──▶   List ──error──▶ Wait ─▶ Start
+//!            │ initial-events-end    │ Replace
+//!            ▼ bookmark: Replace     ▼
+//!         Watch (reuse stream) ◀── Watch ◀─────────────────────┐
+//!            │ closed normally: re-watch from the last RV ─────┘
+//!            │ 429 / refused: Wait, then re-watch
+//!            └ 410, too short, errors: Wait, then Start (relist)
+//! ```
+//!
+//! The resourceVersion rules ([`Reflector::relist_resource_version`]): the first LIST asks
+//! for `"0"` (any cached state) with a limit of 500; a relist asks for the last version seen,
+//! without a limit, so the watch cache can answer; after a LIST answered 410 or "too large
+//! resource version", the next LIST asks for `""`, a consistent read. The pager follows
+//! continue tokens with no version, and if a token has expired it lists once more in full.
+//!
+//! Every wait between attempts comes from [`Backoff`]: 0.8 s doubling to 30 s, jittered,
+//! reset after two minutes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::backoff::{Backoff, Jitter};
+use crate::lister_watcher::{
+    Error, ErrorKind, EventStream, ListOptions, ListerWatcher, Result, WatchEvent, WatchOptions,
+};
+use crate::object::{Key, Object, key_of};
+
+/// Where the reflector writes what it learns. The DeltaFIFO implements it.
+pub trait ReflectorStore<K>: Send + Sync {
+    /// An object was added.
+    fn add(&self, object: K);
+    /// An object changed.
+    fn update(&self, object: K);
+    /// An object was deleted; this is its last known state.
+    fn delete(&self, object: K);
+    /// The whole collection is `objects`, as of `resource_version`.
+    fn replace(&self, objects: Vec<K>, resource_version: &str);
+    /// The resync period passed: send every known object to its handlers again.
+    fn resync(&self);
+    /// A bookmark reached `resource_version`. Nothing changed.
+    fn bookmark(&self, resource_version: &str) {
+        let _ = resource_version;
+    }
+}
+
+/// How a reflector behaves.
+#[derive(Clone, Debug)]
+pub struct ReflectorOptions {
+    /// A name for logs and traces, e.g. `configmaps`.
+    pub name: String,
+    /// Call [`ReflectorStore::resync`] this often while watching; `None` never.
+    pub resync_period: Option<Duration>,
+    /// Items per LIST page; `None` follows client-go's rule: 500 for `"0"` and `""` lists,
+    /// no limit for lists at a version (so the watch cache can serve them).
+    pub page_size: Option<u32>,
+    /// Use streaming lists (WatchList, `sendInitialEvents`) and fall back to LIST when the
+    /// server refuses them. On by default.
+    pub watch_list: bool,
+    /// Watches ask the server to end them after a random time between this and twice this.
+    /// client-go's 5 minutes by default.
+    pub min_watch_timeout: Duration,
+}
+
+impl Default for ReflectorOptions {
+    fn default() -> Self {
+        ReflectorOptions {
+            name: "reflector".into(),
+            resync_period: None,
+            page_size: None,
+            watch_list: true,
+            min_watch_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Why a watch ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchEnd {
+    /// The server closed it, normally after its timeout: watch again from the last version.
+    Closed,
+    /// It ended within a second with no events: something is wrong; list again.
+    TooShort,
+    /// The version it watched from is gone (410): list again.
+    Gone,
+    /// The server asked to slow down: wait, then watch again.
+    TooManyRequests,
+    /// Any other error: list again.
+    Error(String),
+}
+
+/// What the reflector is doing, for tracing tools and tests.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Trace {
+    /// A LIST request for one page.
+    ListPage {
+        /// The resourceVersion asked for; `None` is a consistent read.
+        resource_version: Option<String>,
+        /// The page size asked for.
+        limit: Option<u32>,
+        /// Whether this page continues a previous one.
+        continued: bool,
+        /// Items returned.
+        items: usize,
+    },
+    /// A full list completed and replaced the store.
+    Listed {
+        /// Items in the store now.
+        items: usize,
+        /// The list's resourceVersion.
+        resource_version: String,
+    },
+    /// A LIST failed.
+    ListFailed {
+        /// The error.
+        error: String,
+        /// The next LIST asks for a consistent read (`""`).
+        from_scratch: bool,
+    },
+    /// A continue token expired; listing once more in full.
+    FullListFallback,
+    /// A streaming list (WatchList) started.
+    StreamListStarted {
+        /// The resourceVersion asked for; `None` for the latest.
+        resource_version: Option<String>,
+    },
+    /// A streaming list failed; `fallback` says the next attempt is a plain LIST.
+    StreamListFailed {
+        /// The error.
+        error: String,
+        /// Whether the reflector falls back to LIST.
+        fallback: bool,
+    },
+    /// A watch started.
+    WatchStarted {
+        /// The resourceVersion it watches from.
+        resource_version: String,
+        /// The server-side timeout asked for.
+        timeout_seconds: u32,
+    },
+    /// A bookmark moved the version on.
+    Bookmark {
+        /// The new resourceVersion.
+        resource_version: String,
+    },
+    /// A watch ended.
+    WatchEnded {
+        /// Events it delivered.
+        events: usize,
+        /// Why it ended.
+        reason: WatchEnd,
+    },
+    /// The store was asked to resync.
+    Resync,
+    /// Waiting before the next attempt.
+    Backoff {
+        /// How long.
+        delay: Duration,
+    },
+}
+
+type Hook<T> = Arc<dyn Fn(&T) + Send + Sync>;
+
+/// Lists and watches one collection through a [`ListerWatcher`], writing into a
+/// [`ReflectorStore`]. Run it with [`Reflector::run`].
+pub struct Reflector<K, LW: ListerWatcher<K>, S> {
+    lister_watcher: LW,
+    store: S,
+    options: ReflectorOptions,
+    last_sync: Arc<Mutex<String>>,
+    /// A LIST answered 410 or "too large": the next asks for a consistent read.
+    version_unavailable: bool,
+    /// A `"0"` LIST came back in pages: keep paging.
+    paginated: bool,
+    backoff: Backoff,
+    jitter: Jitter,
+    next_resync: Option<Instant>,
+    on_trace: Option<Hook<Trace>>,
+    on_error: Option<Hook<Error>>,
+    should_resync: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+    _kind: std::marker::PhantomData<fn() -> K>,
+}
+
+/// Where the reflector is; see the module docs for the diagram.
+enum State<St> {
+    /// A new list-and-watch round: a streaming list if enabled, else a LIST.
+    Start,
+    /// LIST every page, then replace the store. Success → `Watch`; 410 or too large →
+    /// list again at once from scratch; other errors → `Wait`, then `Start`.
+    List,
+    /// Open a watch with `sendInitialEvents`, collect the initial events, replace the store
+    /// at the initial-events-end bookmark. Success → `Watch` on the same stream;
+    /// 429/refused/410/closed early → `Wait`, then `StreamList` again; other errors →
+    /// `List` (the server does not do WatchList).
+    StreamList,
+    /// Watch from the last version (or go on with a stream handed over). Closed normally →
+    /// `Watch` again; 429/refused → `Wait`, then `Watch`; 410, too short or other errors →
+    /// `Wait`, then `Start`.
+    Watch(Option<St>),
+    /// Sleep the next backoff delay, then go to the state inside.
+    Wait(Box<State<St>>),
+}
+
+// === impl Reflector ===
+
+impl<K, LW, S> Reflector<K, LW, S>
+where
+    K: Object,
+    LW: ListerWatcher<K>,
+    S: ReflectorStore<K>,
+{
+    /// A reflector that lists and watches through `lister_watcher` into `store`.
+    pub fn new(lister_watcher: LW, store: S, options: ReflectorOptions) -> Self {
+        Reflector {
+            lister_watcher,
+            store,
+            options,
+            last_sync: Arc::default(),
+            version_unavailable: false,
+            paginated: false,
+            backoff: Backoff::default(),
+            jitter: Jitter::new(),
+            next_resync: None,
+            on_trace: None,
+            on_error: None,
+            should_resync: None,
+            _kind: std::marker::PhantomData,
+        }
+    }
+
+    /// Calls `hook` with every step the reflector takes.
+    pub fn on_trace(mut self, hook: impl Fn(&Trace) + Send + Sync + 'static) -> Self {
+        self.on_trace = Some(Arc::new(hook));
+        self
+    }
+
+    /// Calls `hook` with every error that ends a list or a watch (client-go's watch error
+    /// handler). The reflector goes on regardless.
+    pub fn on_watch_error(mut self, hook: impl Fn(&Error) + Send + Sync + 'static) -> Self {
+        self.on_error = Some(Arc::new(hook));
+        self
+    }
+
+    /// Resyncs only when `should` answers true (client-go's `ShouldResync`).
+    pub fn should_resync(mut self, should: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        self.should_resync = Some(Arc::new(should));
+        self
+    }
+
+    /// A handle on the last resourceVersion the reflector has synced to; `""` before the
+    /// first list.
+    pub fn last_sync_resource_version(&self) -> LastSync {
+        LastSync(self.last_sync.clone())
+    }
+
+    /// Lists and watches until `shutdown` completes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the reflector; the store keeps what it was given.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut state = State::Start;
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return,
+                next = self.step(state) => state = next,
+            }
+        }
+    }
+
+    /// Moves the state machine one step.
+    async fn step(&mut self, state: State<LW::Stream>) -> State<LW::Stream> {
+        match state {
+            State::Start if self.options.watch_list => State::StreamList,
+            State::Start => State::List,
+            State::List => match self.list().await {
+                Ok(()) => State::Watch(None),
+                Err(e) => {
+                    self.report(&e);
+                    State::Wait(Box::new(State::Start))
+                }
+            },
+            State::StreamList => match self.stream_list().await {
+                Ok(stream) => State::Watch(Some(stream)),
+                Err(e) => {
+                    let retry = matches!(
+                        e.kind(),
+                        ErrorKind::TooManyRequests
+                            | ErrorKind::ConnectionRefused
+                            | ErrorKind::Gone
+                            | ErrorKind::TooLargeResourceVersion
+                            | ErrorKind::Stream
+                    );
+                    if e.is_version_unavailable() {
+                        self.version_unavailable = true;
+                    }
+                    self.trace(Trace::StreamListFailed {
+                        error: e.to_string(),
+                        fallback: !retry,
+                    });
+                    if retry {
+                        State::Wait(Box::new(State::StreamList))
+                    } else {
+                        self.report(&e);
+                        State::List
+                    }
+                }
+            },
+            State::Watch(stream) => self.watch(stream).await,
+            State::Wait(then) => {
+                let delay = self.backoff.step(Instant::now(), self.jitter.next_f64());
+                self.trace(Trace::Backoff { delay });
+                tokio::time::sleep(delay).await;
+                *then
+            }
+        }
+    }
+
+    /// The resourceVersion the next LIST asks for: `"0"` first, `""` after a 410 or "too
+    /// large" on LIST, the last synced version otherwise.
+    pub fn relist_resource_version(&self) -> String {
+        if self.version_unavailable {
+            return String::new();
+        }
+        let last = self.last_sync.lock();
+        if last.is_empty() {
+            "0".to_owned()
+        } else {
+            last.clone()
+        }
+    }
+
+    /// LIST every page and replace the store; once more from scratch if the version asked
+    /// for is unavailable.
+    async fn list(&mut self) -> Result<()> {
+        let result = match self.list_pages().await {
+            Err(e) if e.is_version_unavailable() => {
+                self.version_unavailable = true;
+                self.trace(Trace::ListFailed {
+                    error: e.to_string(),
+                    from_scratch: true,
+                });
+                self.list_pages().await
+            }
+            other => other,
+        };
+        let (items, resource_version) = result.inspect_err(|e| {
+            self.trace(Trace::ListFailed {
+                error: e.to_string(),
+                from_scratch: false,
+            })
+        })?;
+        self.version_unavailable = false;
+        self.trace(Trace::Listed {
+            items: items.len(),
+            resource_version: resource_version.clone(),
+        });
+        self.store.replace(items, &resource_version);
+        self.synced(&resource_version);
+        Ok(())
+    }
+
+    /// Pages through one full list at [`Reflector::relist_resource_version`].
+    async fn list_pages(&mut self) -> Result<(Vec<K>, String)> {
+        let rv = self.relist_resource_version();
+        let limit = match self.options.page_size {
+            Some(size) => Some(size),
+            None if self.paginated => Some(500),
+            None if rv.is_empty() || rv == "0" => Some(500),
+            None => None,
+        };
+        let version = (!rv.is_empty()).then(|| rv.clone());
+        let mut options = ListOptions {
+            resource_version: version.clone(),
+            limit,
+            continue_token: None,
+        };
+        let mut items = Vec::new();
+        let mut paged = false;
+        loop {
+            let page = match self.lister_watcher.list(&options).await {
+                Ok(page) => page,
+                Err(e) if e.kind() == ErrorKind::Gone && options.continue_token.is_some() => {
+                    // The continue token expired: one unpaginated list at the original version.
+                    self.trace(Trace::FullListFallback);
+                    let full = ListOptions {
+                        resource_version: version.clone(),
+                        limit: None,
+                        continue_token: None,
+                    };
+                    let page = self.lister_watcher.list(&full).await?;
+                    self.trace(Trace::ListPage {
+                        resource_version: full.resource_version,
+                        limit: None,
+                        continued: false,
+                        items: page.items.len(),
+                    });
+                    return Ok((page.items, page.resource_version));
+                }
+                Err(e) => return Err(e),
+            };
+            self.trace(Trace::ListPage {
+                resource_version: options.resource_version.clone(),
+                limit: options.limit,
+                continued: options.continue_token.is_some(),
+                items: page.items.len(),
+            });
+            if items.is_empty() {
+                items = page.items;
+            } else {
+                items.extend(page.items);
+            }
+            match page.continue_token.filter(|t| !t.is_empty()) {
+                Some(token) => {
+                    paged = true;
+                    // Later pages carry the token, and no version: it is in the token.
+                    options = ListOptions {
+                        resource_version: None,
+                        limit,
+                        continue_token: Some(token),
+                    };
+                }
+                None => {
+                    if paged && rv == "0" {
+                        self.paginated = true;
+                    }
+                    return Ok((items, page.resource_version));
+                }
+            }
+        }
+    }
+
+    /// A streaming list: the initial events into a temporary map, then `replace` at the
+    /// initial-events-end bookmark. Returns the stream, which goes on as a normal watch.
+    async fn stream_list(&mut self) -> Result<LW::Stream> {
+        let version = {
+            let last = self.last_sync.lock();
+            (!self.version_unavailable && !last.is_empty()).then(|| last.clone())
+        };
+        self.trace(Trace::StreamListStarted {
+            resource_version: version.clone(),
+        });
+        let options = WatchOptions {
+            resource_version: version,
+            timeout_seconds: self.watch_timeout(),
+            allow_bookmarks: true,
+            send_initial_events: true,
+        };
+        let mut stream = self.lister_watcher.watch(&options).await?;
+        let mut initial: HashMap<Key, K> = HashMap::new();
+        loop {
+            match stream.next().await {
+                Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
+                    initial.insert(key_of(&obj), obj);
+                }
+                Some(Ok(WatchEvent::Deleted(obj))) => {
+                    initial.remove(&key_of(&obj));
+                }
+                Some(Ok(WatchEvent::Bookmark {
+                    resource_version,
+                    initial_events_end: true,
+                })) => {
+                    let items: Vec<K> = initial.into_values().collect();
+                    self.version_unavailable = false;
+                    self.trace(Trace::Listed {
+                        items: items.len(),
+                        resource_version: resource_version.clone(),
+                    });
+                    self.store.replace(items, &resource_version);
+                    self.synced(&resource_version);
+                    return Ok(stream);
+                }
+                Some(Ok(WatchEvent::Bookmark { .. })) => {}
+                Some(Err(e)) => return Err(e),
+                None => {
+                    return Err(Error::new(
+                        ErrorKind::Stream,
+                        "the watch closed before the initial-events-end bookmark",
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Watches until the stream ends, and decides what comes next.
+    async fn watch(&mut self, stream: Option<LW::Stream>) -> State<LW::Stream> {
+        let from = self.last_sync.lock().clone();
+        let mut stream = match stream {
+            Some(stream) => stream,
+            None => {
+                let timeout_seconds = self.watch_timeout();
+                let options = WatchOptions {
+                    resource_version: (!from.is_empty()).then(|| from.clone()),
+                    timeout_seconds,
+                    allow_bookmarks: true,
+                    send_initial_events: false,
+                };
+                self.trace(Trace::WatchStarted {
+                    resource_version: from.clone(),
+                    timeout_seconds,
+                });
+                match self.lister_watcher.watch(&options).await {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        return match e.kind() {
+                            // No relist: the server is busy or away; try the watch again.
+                            ErrorKind::TooManyRequests | ErrorKind::ConnectionRefused => {
+                                State::Wait(Box::new(State::Watch(None)))
+                            }
+                            _ => {
+                                self.report(&e);
+                                State::Wait(Box::new(State::Start))
+                            }
+                        };
+                    }
+                }
+            }
+        };
+        // Synthetic ADDED events of a watch from "" or "0" are not in version order: only
+        // later events move the version on.
+        let unordered_start = from.is_empty() || from == "0";
+        let started = Instant::now();
+        let mut events = 0usize;
+        loop {
+            let next = match (self.options.resync_period, self.next_resync) {
+                (Some(period), Some(at)) => tokio::select! {
+                    next = stream.next() => next,
+                    () = tokio::time::sleep_until(at) => {
+                        self.next_resync = Some(at + period);
+                        if self.should_resync.as_ref().is_none_or(|should| should()) {
+                            self.trace(Trace::Resync);
+                            self.store.resync();
+                        }
+                        continue;
+                    }
+                },
+                _ => stream.next().await,
+            };
+            let (end, then) = match next {
+                Some(Ok(event)) => {
+                    events += 1;
+                    self.apply(event, unordered_start);
+                    continue;
+                }
+                None if events == 0 && started.elapsed() < Duration::from_secs(1) => {
+                    let e = Error::new(
+                        ErrorKind::Stream,
+                        "very short watch: the watch closed within a second without an event",
+                    );
+                    self.report(&e);
+                    (WatchEnd::TooShort, State::Wait(Box::new(State::Start)))
+                }
+                None => (WatchEnd::Closed, State::Watch(None)),
+                Some(Err(e)) => match e.kind() {
+                    // Relist at the last version after the backoff; client-go does not report it.
+                    ErrorKind::Gone => (WatchEnd::Gone, State::Wait(Box::new(State::Start))),
+                    ErrorKind::TooManyRequests => (
+                        WatchEnd::TooManyRequests,
+                        State::Wait(Box::new(State::Watch(None))),
+                    ),
+                    _ => {
+                        self.report(&e);
+                        (
+                            WatchEnd::Error(e.to_string()),
+                            State::Wait(Box::new(State::Start)),
+                        )
+                    }
+                },
+            };
+            self.trace(Trace::WatchEnded {
+                events,
+                reason: end,
+            });
+            return then;
+        }
+    }
+
+    /// Applies one watch event to the store and moves the version on.
+    fn apply(&mut self, event: WatchEvent<K>, unordered_start: bool) {
+        let (version, ordered) = match event {
+            WatchEvent::Added(obj) => {
+                let rv = obj.meta().resource_version.clone();
+                self.store.add(obj);
+                (rv, !unordered_start)
+            }
+            WatchEvent::Modified(obj) => {
+                let rv = obj.meta().resource_version.clone();
+                self.store.update(obj);
+                (rv, true)
+            }
+            WatchEvent::Deleted(obj) => {
+                let rv = obj.meta().resource_version.clone();
+                self.store.delete(obj);
+                (rv, true)
+            }
+            WatchEvent::Bookmark {
+                resource_version, ..
+            } => {
+                self.store.bookmark(&resource_version);
+                self.trace(Trace::Bookmark {
+                    resource_version: resource_version.clone(),
+                });
+                (Some(resource_version), true)
+            }
+        };
+        if let Some(rv) = version.filter(|_| ordered) {
+            *self.last_sync.lock() = rv;
+        }
+    }
+
+    /// Records a completed sync at `resource_version` and arms the resync timer.
+    fn synced(&mut self, resource_version: &str) {
+        *self.last_sync.lock() = resource_version.to_owned();
+        self.next_resync = self.options.resync_period.map(|p| Instant::now() + p);
+    }
+
+    /// A watch timeout in `[min, 2·min)` seconds, so watches do not all end together.
+    fn watch_timeout(&mut self) -> u32 {
+        let min = self.options.min_watch_timeout.as_secs_f64();
+        (min + self.jitter.next_f64() * min) as u32
+    }
+
+    fn trace(&self, t: Trace) {
+        tracing::debug!(reflector = %self.options.name, ?t);
+        if let Some(hook) = &self.on_trace {
+            hook(&t);
+        }
+    }
+
+    fn report(&self, e: &Error) {
+        tracing::warn!(reflector = %self.options.name, error = %e, "list and watch failed");
+        if let Some(hook) = &self.on_error {
+            hook(e);
+        }
+    }
+}
+
+/// A shared view of a reflector's last synced resourceVersion.
+#[derive(Clone, Debug)]
+pub struct LastSync(Arc<Mutex<String>>);
+
+impl LastSync {
+    /// The version; `""` before the first list.
+    pub fn get(&self) -> String {
+        self.0.lock().clone()
+    }
+}

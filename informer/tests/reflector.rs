@@ -1,0 +1,569 @@
+//! The reflector against a scripted lister-watcher on paused time: the exact sequence of
+//! requests (resourceVersions, limits, continue tokens, watches) across list → watch →
+//! 410 → relist, pagination and its fallback, WatchList and its fallback, backoff-only
+//! retries, very short watches, bookmarks and resync.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use informer::lister_watcher::{Error, ErrorKind, Result, WatchEvent};
+use informer::{
+    EventStream, ListOptions, ListPage, ListerWatcher, Reflector, ReflectorOptions, ReflectorStore,
+    Trace, WatchOptions,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use parking_lot::Mutex;
+
+// === the script ===
+
+/// One scripted answer.
+enum Reply {
+    List(Result<ListPage<ConfigMap>>),
+    /// A watch that yields these steps, then closes.
+    Watch(Result<Vec<Step>>),
+}
+
+/// One step of a scripted watch stream.
+#[allow(clippy::large_enum_variant)] // a short-lived test script; boxing would only add noise
+enum Step {
+    Event(WatchEvent<ConfigMap>),
+    Fail(ErrorKind),
+    /// Let this much time pass.
+    Pause(Duration),
+}
+
+/// A request the reflector made.
+#[derive(Clone, Debug, PartialEq)]
+enum Call {
+    List(ListOptions),
+    Watch(WatchOptions),
+}
+
+#[derive(Clone, Default)]
+struct Script {
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+    calls: Arc<Mutex<Vec<Call>>>,
+}
+
+impl Script {
+    fn new(replies: Vec<Reply>) -> Self {
+        Script {
+            replies: Arc::new(Mutex::new(replies.into())),
+            calls: Arc::default(),
+        }
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.calls.lock().clone()
+    }
+
+    fn done(&self) -> bool {
+        self.replies.lock().is_empty()
+    }
+}
+
+/// A scripted watch. Cancel safe, as the reflector requires: a pause survives a dropped
+/// `next` as a deadline.
+struct ScriptedStream {
+    steps: VecDeque<Step>,
+    paused_until: Option<tokio::time::Instant>,
+}
+
+impl EventStream<ConfigMap> for ScriptedStream {
+    async fn next(&mut self) -> Option<Result<WatchEvent<ConfigMap>>> {
+        loop {
+            if let Some(until) = self.paused_until {
+                tokio::time::sleep_until(until).await;
+                self.paused_until = None;
+            }
+            match self.steps.pop_front()? {
+                Step::Event(e) => return Some(Ok(e)),
+                Step::Fail(kind) => {
+                    return Some(Err(Error::new(kind, format!("scripted {kind:?}"))));
+                }
+                Step::Pause(d) => self.paused_until = Some(tokio::time::Instant::now() + d),
+            }
+        }
+    }
+}
+
+impl ListerWatcher<ConfigMap> for Script {
+    type Stream = ScriptedStream;
+
+    async fn list(&self, options: &ListOptions) -> Result<ListPage<ConfigMap>> {
+        self.calls.lock().push(Call::List(options.clone()));
+        let reply = self.replies.lock().pop_front();
+        match reply {
+            Some(Reply::List(r)) => r,
+            Some(Reply::Watch(_)) => {
+                panic!("the reflector listed ({options:?}) where the script expects a watch")
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    async fn watch(&self, options: &WatchOptions) -> Result<ScriptedStream> {
+        self.calls.lock().push(Call::Watch(options.clone()));
+        let reply = self.replies.lock().pop_front();
+        match reply {
+            Some(Reply::Watch(r)) => r.map(|steps| ScriptedStream {
+                steps: steps.into(),
+                paused_until: None,
+            }),
+            Some(Reply::List(_)) => {
+                panic!("the reflector watched ({options:?}) where the script expects a list")
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+// === the store ===
+
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<String>>>);
+
+impl Recorder {
+    fn ops(&self) -> Vec<String> {
+        self.0.lock().clone()
+    }
+}
+
+fn name(cm: &ConfigMap) -> String {
+    cm.metadata.name.clone().unwrap_or_default()
+}
+
+impl ReflectorStore<ConfigMap> for Recorder {
+    fn add(&self, o: ConfigMap) {
+        self.0.lock().push(format!("add {}", name(&o)));
+    }
+    fn update(&self, o: ConfigMap) {
+        self.0.lock().push(format!("update {}", name(&o)));
+    }
+    fn delete(&self, o: ConfigMap) {
+        self.0.lock().push(format!("delete {}", name(&o)));
+    }
+    fn replace(&self, objects: Vec<ConfigMap>, rv: &str) {
+        let mut names: Vec<String> = objects.iter().map(name).collect();
+        names.sort();
+        self.0
+            .lock()
+            .push(format!("replace [{}] @{rv}", names.join(",")));
+    }
+    fn resync(&self) {
+        self.0.lock().push("resync".into());
+    }
+    fn bookmark(&self, rv: &str) {
+        self.0.lock().push(format!("bookmark @{rv}"));
+    }
+}
+
+// === helpers ===
+
+fn cm(name: &str, rv: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            resource_version: Some(rv.into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
+fn page(names: &[&str], rv: &str, cont: Option<&str>) -> Reply {
+    Reply::List(Ok(ListPage {
+        items: names.iter().map(|n| cm(n, rv)).collect(),
+        resource_version: rv.into(),
+        continue_token: cont.map(str::to_owned),
+    }))
+}
+
+fn fail(kind: ErrorKind) -> Error {
+    Error::new(kind, format!("scripted {kind:?}"))
+}
+
+fn list(rv: Option<&str>, limit: Option<u32>, cont: Option<&str>) -> Call {
+    Call::List(ListOptions {
+        resource_version: rv.map(str::to_owned),
+        limit,
+        continue_token: cont.map(str::to_owned),
+    })
+}
+
+/// The watch calls' versions and kinds; timeouts are random and checked apart.
+fn watch_from(call: &Call) -> Option<(Option<String>, bool)> {
+    match call {
+        Call::Watch(w) => {
+            assert!(
+                (300..600).contains(&w.timeout_seconds),
+                "timeout {}",
+                w.timeout_seconds
+            );
+            assert!(w.allow_bookmarks, "every watch asks for bookmarks");
+            Some((w.resource_version.clone(), w.send_initial_events))
+        }
+        Call::List(_) => None,
+    }
+}
+
+fn plain_watch(rv: &str) -> Option<(Option<String>, bool)> {
+    Some((Some(rv.to_owned()), false))
+}
+
+fn no_watch_list() -> ReflectorOptions {
+    ReflectorOptions {
+        name: "test".into(),
+        watch_list: false,
+        ..ReflectorOptions::default()
+    }
+}
+
+/// Runs the reflector until the script is used up, then 10 s more (on paused time) so the
+/// last reply, and any pause in it, is acted on.
+async fn run(script: &Script, options: ReflectorOptions) -> (Recorder, Vec<Trace>) {
+    run_with(script, options, Duration::from_secs(10)).await
+}
+
+async fn run_with(
+    script: &Script,
+    options: ReflectorOptions,
+    after: Duration,
+) -> (Recorder, Vec<Trace>) {
+    let store = Recorder::default();
+    let traces = Arc::new(Mutex::new(Vec::new()));
+    let t = traces.clone();
+    let reflector = Reflector::new(script.clone(), store.clone(), options)
+        .on_trace(move |trace| t.lock().push(trace.clone()));
+    let handle = tokio::spawn(reflector.run(std::future::pending()));
+    // Every wait is on paused time: polling advances the clock only when all is idle.
+    let mut idle = 0;
+    while !script.done() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        idle += 1;
+        assert!(
+            idle < 100_000,
+            "the reflector stopped before the script ended: {:?}",
+            script.calls()
+        );
+    }
+    tokio::time::sleep(after).await;
+    handle.abort();
+    let traces = traces.lock().clone();
+    (store, traces)
+}
+
+// === tests ===
+
+#[tokio::test(start_paused = true)]
+async fn first_list_asks_for_rv_0_in_pages_of_500_then_watches_from_the_list_version() {
+    let script = Script::new(vec![
+        page(&["a", "b"], "10", None),
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Added(cm("c", "11"))),
+            Step::Event(WatchEvent::Modified(cm("a", "12"))),
+            Step::Event(WatchEvent::Deleted(cm("b", "13"))),
+            Step::Pause(Duration::from_secs(5)),
+        ])),
+    ]);
+    let (store, _) = run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    assert_eq!(calls[0], list(Some("0"), Some(500), None));
+    assert_eq!(watch_from(&calls[1]), plain_watch("10"));
+    // The watch closed normally: watch again from the last version, no relist.
+    assert_eq!(watch_from(&calls[2]), plain_watch("13"));
+    assert_eq!(calls.len(), 3);
+    assert_eq!(
+        store.ops(),
+        ["replace [a,b] @10", "add c", "update a", "delete b"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn gone_in_the_watch_relists_at_the_last_version_and_gone_on_that_list_relists_from_scratch()
+{
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Modified(cm("a", "15"))),
+            Step::Fail(ErrorKind::Gone),
+        ])),
+        Reply::List(Err(fail(ErrorKind::Gone))),
+        page(&["a", "z"], "40", None),
+    ]);
+    let (store, traces) = run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    assert_eq!(calls[0], list(Some("0"), Some(500), None));
+    assert_eq!(watch_from(&calls[1]), plain_watch("10"));
+    // Relist at the last version seen, no limit, so the watch cache can serve it ...
+    assert_eq!(calls[2], list(Some("15"), None, None));
+    // ... and after a 410 on that list, a consistent read, in pages.
+    assert_eq!(calls[3], list(None, Some(500), None));
+    assert_eq!(watch_from(&calls[4]), plain_watch("40"));
+    assert_eq!(
+        store.ops(),
+        ["replace [a] @10", "update a", "replace [a,z] @40"]
+    );
+    assert!(
+        traces.iter().any(|t| matches!(t, Trace::Backoff { .. })),
+        "relist after a backoff"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn pages_follow_continue_tokens_and_an_expired_token_falls_back_to_one_full_list() {
+    let script = Script::new(vec![
+        page(&["a", "b"], "20", Some("c1")),
+        page(&["c", "d"], "20", Some("c2")),
+        Reply::List(Err(fail(ErrorKind::Gone))),
+        page(&["a", "b", "c", "d", "e"], "25", None),
+    ]);
+    let (store, traces) = run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    assert_eq!(
+        calls[..4],
+        [
+            list(Some("0"), Some(500), None),
+            // Continued pages carry the token and no version.
+            list(None, Some(500), Some("c1")),
+            list(None, Some(500), Some("c2")),
+            // The token expired: one full list at the original version, without a limit.
+            list(Some("0"), None, None),
+        ]
+    );
+    assert_eq!(watch_from(&calls[4]), plain_watch("25"));
+    assert_eq!(store.ops(), ["replace [a,b,c,d,e] @25"]);
+    assert!(traces.contains(&Trace::FullListFallback));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paginated_rv_0_list_keeps_paging_on_relist() {
+    let script = Script::new(vec![
+        page(&["a"], "20", Some("c1")),
+        page(&["b"], "20", None),
+        Reply::Watch(Ok(vec![Step::Fail(ErrorKind::Other)])),
+        page(&["a", "b"], "30", None),
+    ]);
+    run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    // A relist at a version normally has no limit, but the server pages this collection.
+    assert_eq!(calls[3], list(Some("20"), Some(500), None));
+}
+
+#[tokio::test(start_paused = true)]
+async fn too_many_requests_on_watch_backs_off_and_watches_again_without_relisting() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        Reply::Watch(Err(fail(ErrorKind::ConnectionRefused))),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        Reply::Watch(Ok(vec![Step::Fail(ErrorKind::TooManyRequests)])),
+        Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(5))])),
+    ]);
+    let (_, traces) = run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    let lists = calls.iter().filter(|c| matches!(c, Call::List(_))).count();
+    assert_eq!(lists, 1, "{calls:?}");
+    assert!(
+        calls[1..]
+            .iter()
+            .all(|c| watch_from(c) == plain_watch("10"))
+    );
+    let backoffs: Vec<Duration> = traces
+        .iter()
+        .filter_map(|t| match t {
+            Trace::Backoff { delay } => Some(*delay),
+            _ => None,
+        })
+        .collect();
+    // 0.8 s, 1.6 s, 3.2 s, 6.4 s, each jittered up to double.
+    assert_eq!(backoffs.len(), 4);
+    for (delay, base) in backoffs.iter().zip([800u64, 1600, 3200, 6400]) {
+        let base = Duration::from_millis(base);
+        assert!(
+            *delay >= base && *delay < base * 2,
+            "{delay:?} outside [{base:?}, 2×)"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_ending_at_once_without_events_is_too_short_and_relists() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![])),
+        page(&["a"], "12", None),
+    ]);
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let (store, traces) = {
+        let e = errors.clone();
+        let store = Recorder::default();
+        let traces = Arc::new(Mutex::new(Vec::new()));
+        let t = traces.clone();
+        let reflector = Reflector::new(script.clone(), store.clone(), no_watch_list())
+            .on_trace(move |x| t.lock().push(x.clone()))
+            .on_watch_error(move |err| e.lock().push(err.to_string()));
+        let handle = tokio::spawn(reflector.run(std::future::pending()));
+        while !script.done() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        handle.abort();
+        let traces = traces.lock().clone();
+        (store, traces)
+    };
+    assert_eq!(script.calls()[2], list(Some("10"), None, None));
+    assert_eq!(store.ops(), ["replace [a] @10", "replace [a] @12"]);
+    assert!(traces.iter().any(|t| matches!(
+        t,
+        Trace::WatchEnded {
+            reason: informer::WatchEnd::TooShort,
+            ..
+        }
+    )));
+    assert_eq!(
+        errors.lock().len(),
+        1,
+        "the watch error handler hears of it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn bookmarks_move_the_version_on_without_touching_objects() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Bookmark {
+                resource_version: "30".into(),
+                initial_events_end: false,
+            }),
+            Step::Pause(Duration::from_secs(5)),
+        ])),
+    ]);
+    let (store, _) = run(&script, no_watch_list()).await;
+    assert_eq!(watch_from(&script.calls()[2]), plain_watch("30"));
+    assert_eq!(store.ops(), ["replace [a] @10", "bookmark @30"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_replaces_at_the_initial_events_end_bookmark_and_keeps_the_stream() {
+    let script = Script::new(vec![Reply::Watch(Ok(vec![
+        Step::Event(WatchEvent::Added(cm("a", "5"))),
+        Step::Event(WatchEvent::Added(cm("b", "7"))),
+        Step::Event(WatchEvent::Modified(cm("a", "9"))),
+        Step::Event(WatchEvent::Added(cm("gone", "3"))),
+        Step::Event(WatchEvent::Deleted(cm("gone", "10"))),
+        // "false" does not end the initial events.
+        Step::Event(WatchEvent::Bookmark {
+            resource_version: "11".into(),
+            initial_events_end: false,
+        }),
+        Step::Event(WatchEvent::Bookmark {
+            resource_version: "12".into(),
+            initial_events_end: true,
+        }),
+        Step::Event(WatchEvent::Added(cm("c", "13"))),
+        Step::Pause(Duration::from_secs(5)),
+    ]))]);
+    let (store, _) = run(&script, ReflectorOptions::default()).await;
+    let calls = script.calls();
+    assert_eq!(
+        watch_from(&calls[0]),
+        Some((None, true)),
+        "a streaming list of the latest state"
+    );
+    // The same stream went on as the watch; the next watch starts from where it ended.
+    assert_eq!(watch_from(&calls[1]), plain_watch("13"));
+    assert_eq!(store.ops(), ["replace [a,b] @12", "add c"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_refused_falls_back_to_a_plain_list() {
+    let script = Script::new(vec![
+        Reply::Watch(Err(fail(ErrorKind::Other))),
+        page(&["a"], "10", None),
+    ]);
+    let (store, traces) = run(&script, ReflectorOptions::default()).await;
+    assert_eq!(script.calls()[1], list(Some("0"), Some(500), None));
+    assert_eq!(store.ops(), ["replace [a] @10"]);
+    assert!(
+        traces
+            .iter()
+            .any(|t| matches!(t, Trace::StreamListFailed { fallback: true, .. }))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_closed_before_its_bookmark_is_tried_again_from_scratch() {
+    let script = Script::new(vec![
+        Reply::Watch(Ok(vec![Step::Event(WatchEvent::Added(cm("a", "5")))])),
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Added(cm("b", "6"))),
+            Step::Event(WatchEvent::Bookmark {
+                resource_version: "8".into(),
+                initial_events_end: true,
+            }),
+            Step::Pause(Duration::from_secs(5)),
+        ])),
+    ]);
+    let (store, _) = run(&script, ReflectorOptions::default()).await;
+    let calls = script.calls();
+    assert_eq!(watch_from(&calls[1]), Some((None, true)));
+    // The first attempt's "a" never reached the store.
+    assert_eq!(store.ops(), ["replace [b] @8"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resync_runs_every_period_while_watching_when_allowed() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(100))])),
+    ]);
+    let options = ReflectorOptions {
+        resync_period: Some(Duration::from_secs(30)),
+        ..no_watch_list()
+    };
+    let (store, _) = run_with(&script, options, Duration::from_secs(95)).await;
+    assert_eq!(
+        store.ops(),
+        ["replace [a] @10", "resync", "resync", "resync"]
+    );
+
+    // ShouldResync says no: no resync.
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(100))])),
+    ]);
+    let store = Recorder::default();
+    let reflector = Reflector::new(
+        script.clone(),
+        store.clone(),
+        ReflectorOptions {
+            resync_period: Some(Duration::from_secs(30)),
+            ..no_watch_list()
+        },
+    )
+    .should_resync(|| false);
+    let handle = tokio::spawn(reflector.run(std::future::pending()));
+    tokio::time::sleep(Duration::from_secs(95)).await;
+    handle.abort();
+    assert_eq!(store.ops(), ["replace [a] @10"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_the_reflector() {
+    let script = Script::new(vec![page(&["a"], "10", None)]);
+    let store = Recorder::default();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let reflector = Reflector::new(script.clone(), store.clone(), no_watch_list());
+    let handle = tokio::spawn(reflector.run(async {
+        let _ = rx.await;
+    }));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tx.send(()).unwrap();
+    handle.await.expect("run returns after shutdown");
+    assert_eq!(store.ops(), ["replace [a] @10"]);
+}
