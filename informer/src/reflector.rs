@@ -661,3 +661,27 @@ impl LastSync {
         self.0.lock().clone()
     }
 }
+
+// === impl ReflectorStore for DeltaFifo ===
+
+impl<K: Object> ReflectorStore<K> for crate::DeltaFifo<K> {
+    fn add(&self, object: K) {
+        crate::DeltaFifo::add(self, object);
+    }
+
+    fn update(&self, object: K) {
+        crate::DeltaFifo::update(self, object);
+    }
+
+    fn delete(&self, object: K) {
+        crate::DeltaFifo::delete(self, object);
+    }
+
+    fn replace(&self, objects: Vec<K>, resource_version: &str) {
+        crate::DeltaFifo::replace(self, objects, resource_version);
+    }
+
+    fn resync(&self) {
+        crate::DeltaFifo::resync(self);
+    }
+}
