@@ -57,6 +57,12 @@ pub struct PartialObjectMetadata {
     pub metadata: ObjectMeta,
 }
 
+impl informer::Object for PartialObjectMetadata {
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
 /// What a delete returned.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DeleteResult<K> {

@@ -79,6 +79,12 @@ pub struct DynamicObject {
     pub data: serde_json::Map<String, serde_json::Value>,
 }
 
+impl informer::Object for DynamicObject {
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
 // === impl Client: discovery ===
 
 impl Client {
