@@ -10,6 +10,9 @@
 //!   connection, HTTP/2 when offered, a client-side rate limit, 429 retries), the typed
 //!   [`client::Api`] with every verb, watches decoded frame by frame, and a dynamic API for
 //!   kinds resolved through discovery.
+//! - [`informers`]: the [`informers::InformerFactory`], which makes one shared informer per
+//!   kind and namespace on the client (a [`informer::SharedIndexInformer`] over an
+//!   [`client::ApiListerWatcher`]), starts them together and waits for their caches.
 //! - `runtime` (to come): the manager, controllers, leader election, metrics, health probes,
 //!   events, finalizers and admission webhooks.
 //!
@@ -37,6 +40,7 @@
 
 pub mod client;
 pub mod config;
+pub mod informers;
 
 pub use informer;
 pub use workqueue;

@@ -1,5 +1,5 @@
 //! client-go's `tools/cache` in Rust: the machinery that keeps a local, indexed copy of
-//! Kubernetes objects in step with the API server.
+//! Kubernetes objects in step with the API server, and tells event handlers what changed.
 //!
 //! # Map
 //!
@@ -7,75 +7,154 @@
 //!   kind through a blanket impl; your own types by a one-line impl). Objects travel as
 //!   `Arc<K>`, shared by the FIFO, the indexer and every handler — never deep-copied.
 //! * [`Key`] — `namespace/name` or `name` ([`meta_key`], [`split_key`]), a shared string.
-//! * [`DeletedFinalStateUnknown`] — the tombstone for a deletion a relist discovered.
+//! * [`ListerWatcher`] — lists pages and opens watches of one collection. The root crate
+//!   implements it with the real client; tests implement it with scripts.
+//! * [`Reflector`] — a list/watch state machine with client-go's resourceVersion, paging,
+//!   WatchList, backoff and resync rules, writing into a [`ReflectorStore`].
 //! * [`DeltaFifo`] — per-key [`Deltas`] in first-in first-out order of keys, fed by the
 //!   reflector (`add`, `update`, `delete`, `replace`, `resync`) and drained by
 //!   [`pop`](DeltaFifo::pop), which processes under the FIFO lock.
+//! * [`DeletedFinalStateUnknown`] — the tombstone for a deletion a relist discovered.
 //! * [`Indexer`] — the thread-safe store with custom indices ([`IndexFunc`], the namespace
 //!   index [`NAMESPACE_INDEX`]); the FIFO reads it back as its [`KnownObjects`].
+//! * [`SharedIndexInformer`] — a reflector, a DeltaFIFO and an indexer wired together, plus
+//!   its *processor*: one unbounded buffer and one task per registered [`EventHandler`] (or
+//!   [`HandlerFns`]), each with its own resync period and [`Registration::has_synced`].
+//! * [`Lister`] and [`NamespaceLister`] — read-only queries on the cache: by key, namespace,
+//!   index or label selector.
 //!
 //! ```text
-//!  ListerWatcher ──▶ Reflector ── add/update/delete ──▶ DeltaFifo ◀── resync (timer)
-//!                         └────── replace(list) ──────▶  │  ▲
-//!                                                         │  │ KnownObjects: list_keys,
-//!                                       pop(process) ─────┘  │ get_by_key (deletions on
-//!                                       under the FIFO lock  │ relist, resync)
-//!                                                ▼           │
-//!                            process: Deltas ──▶ Indexer ────┘ ──▶ listers, handlers
+//!  ListerWatcher ─▶ Reflector ─ add/update/delete, replace(list) ─▶ DeltaFifo
+//!                       │                                           ▲   │   ▲
+//!                       └─ timer: handler due? ────────── resync() ─┘   │   │ KnownObjects
+//!                          (processor.should_resync)                    │   │ (relist
+//!                                                                       │   │ deletions,
+//!                                                                       │   │ resync)
+//!         ┌─ pop(process), under the FIFO lock and the informer's mutex ┘   │
+//!         ▼                                                                 │
+//!  SharedIndexInformer ─ Deltas ─▶ Indexer ─────────────────────────────────┘
+//!         │                           └──▶ Lister, NamespaceLister
+//!         │ a Notification per handler (Arc clones, never waits)
+//!         ▼
+//!  processor ─┬─▶ buffer ─▶ task ─▶ EventHandler A  (Registration A)
+//!             └─▶ buffer ─▶ task ─▶ EventHandler B  (Registration B)
 //! ```
 //!
-//! It knows nothing of HTTP: the `ListerWatcher` trait it defines is implemented by the root
-//! crate with the real client, and by scripted fakes in tests.
+//! # One object, from LIST to a handler
+//!
+//! 1. The informer's [`run`](SharedIndexInformer::run) builds the [`DeltaFifo`] (its known
+//!    objects are the informer's [`Indexer`]) and starts the [`Reflector`], which calls
+//!    [`ListerWatcher::list`]: a [`ListPage`] whose `items` hold our ConfigMap `ns/app`, an
+//!    owned `K`.
+//! 2. With every page in, the reflector calls [`ReflectorStore::replace`] on the FIFO.
+//!    [`DeltaFifo::replace`] runs the informer's transform on the object, wraps it in the one
+//!    `Arc<K>` everybody will share, allocates its [`Key`] `"ns/app"`, and queues a
+//!    [`Delta`] `Replaced` ([`DeltaType::Replaced`], [`DeltaObject::Object`]) under it.
+//! 3. The informer's loop [`pop`](DeltaFifo::pop)s the key's [`Deltas`], with
+//!    `is_in_initial_list = true`. Under the FIFO's lock, it [`insert`](Indexer::insert)s the
+//!    `Arc` into the indexer (reusing the key), finds the key was not cached, and hands an
+//!    *add* notification — an `Arc` clone — to every registered handler's buffer. It never
+//!    waits for a handler.
+//! 4. Each handler's task takes the notification and calls
+//!    [`EventHandler::on_add`]`(&obj, true)`. Once every initial add of a handler has
+//!    returned and the FIFO has handed out the whole first list, that handler's
+//!    [`Registration::has_synced`] turns true ([`SharedIndexInformer::has_synced`] already did
+//!    when the last initial item reached the indexer).
+//! 5. Meanwhile a [`Lister`] returns the very same `Arc` from the indexer.
+//!
+//! Later, a watch event `MODIFIED` becomes [`DeltaFifo::update`] → `Updated` →
+//! `on_update(old, new)` for every handler. When some handler's resync period is due, the
+//! reflector's timer has the FIFO re-queue the cached `Arc` as `Sync`; old and new then carry
+//! the same resourceVersion, so only the handlers that are due get that `on_update`. And if the object is deleted while the watch is down, the next
+//! relist's `replace` no longer lists it, queues a [`DeletedFinalStateUnknown`] tombstone,
+//! and every handler gets [`on_delete`](EventHandler::on_delete) with
+//! [`DeletedObject::Tombstone`](DeltaObject::Tombstone).
 //!
 //! # Example
 //!
+//! An informer over a one-page, in-memory collection:
+//!
 //! ```
 //! use std::sync::Arc;
-//! use informer::{DeltaFifo, DeltaFifoOptions, DeltaType, Indexer, namespace_indexers};
+//! use informer::lister_watcher::{Result, WatchEvent};
+//! use informer::{
+//!     EventStream, HandlerFns, InformerOptions, ListOptions, ListPage, ListerWatcher,
+//!     SharedIndexInformer, WatchOptions,
+//! };
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //! use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 //!
-//! let cm = |ns: &str, name: &str| ConfigMap {
-//!     metadata: ObjectMeta { namespace: Some(ns.into()), name: Some(name.into()), ..Default::default() },
-//!     ..Default::default()
-//! };
-//! let indexer = Indexer::new(namespace_indexers());
-//! let fifo = DeltaFifo::with_options(DeltaFifoOptions {
-//!     known_objects: Some(Arc::new(indexer.clone())),
-//!     emit_delta_type_replaced: true,
-//!     ..DeltaFifoOptions::default()
-//! });
+//! /// Lists two ConfigMaps; its watches never report anything.
+//! struct TwoConfigMaps;
+//! struct Quiet;
 //!
-//! // The reflector lists two objects, then the watch reports a deletion.
-//! fifo.replace([cm("a", "x"), cm("b", "y")], "10");
-//! fifo.delete(cm("a", "x"));
-//!
-//! // The informer applies each key's deltas to the indexer, oldest first.
-//! while let Some(()) = fifo.try_pop(|deltas, _is_in_initial_list| {
-//!     for delta in &deltas {
-//!         match (delta.kind, delta.object.object()) {
-//!             (DeltaType::Deleted, _) => {
-//!                 indexer.remove(deltas.key());
-//!             }
-//!             (_, Some(obj)) => {
-//!                 indexer.insert(deltas.key(), obj.clone());
-//!             }
-//!             (_, None) => unreachable!("only Deleted deltas carry tombstones"),
-//!         }
+//! impl EventStream<ConfigMap> for Quiet {
+//!     async fn next(&mut self) -> Option<Result<WatchEvent<ConfigMap>>> {
+//!         std::future::pending().await
 //!     }
-//! }) {}
+//! }
 //!
-//! assert!(fifo.has_synced());
-//! assert_eq!(indexer.list_keys(), ["b/y".into()]);
-//! assert_eq!(indexer.list_index_func_values("namespace"), ["b".into()]);
+//! impl ListerWatcher<ConfigMap> for TwoConfigMaps {
+//!     type Stream = Quiet;
+//!     async fn list(&self, _: &ListOptions) -> Result<ListPage<ConfigMap>> {
+//!         let cm = |name: &str| ConfigMap {
+//!             metadata: ObjectMeta {
+//!                 namespace: Some("ns".into()),
+//!                 name: Some(name.into()),
+//!                 resource_version: Some("1".into()),
+//!                 ..Default::default()
+//!             },
+//!             ..Default::default()
+//!         };
+//!         Ok(ListPage { items: vec![cm("a"), cm("b")], resource_version: "1".into(), continue_token: None })
+//!     }
+//!     async fn watch(&self, _: &WatchOptions) -> Result<Quiet> {
+//!         Ok(Quiet)
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let mut options = InformerOptions::named("configmaps");
+//! options.reflector.watch_list = false;
+//! let informer = SharedIndexInformer::new(TwoConfigMaps, options);
+//! let (seen, mut heard) = tokio::sync::mpsc::unbounded_channel();
+//! let registration = informer
+//!     .add_event_handler(HandlerFns::<ConfigMap>::new().with_add(move |cm, initial| {
+//!         let _ = seen.send((cm.clone(), initial));
+//!     }))
+//!     .unwrap();
+//!
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let run = informer.run(async { let _ = stopped.await; });
+//! let check = async {
+//!     informer.wait_synced().await;
+//!     registration.wait_synced().await;
+//!     let lister = informer.lister();
+//!     assert_eq!(lister.list().len(), 2);
+//!     for _ in 0..2 {
+//!         let (cm, initial) = heard.recv().await.unwrap();
+//!         assert!(initial, "both came with the first list");
+//!         // The handler got the cache's own allocation, not a copy.
+//!         let name = cm.metadata.name.as_deref().unwrap();
+//!         assert!(Arc::ptr_eq(&cm, &lister.namespaced("ns").get(name).unwrap()));
+//!     }
+//!     stop.send(()).unwrap();
+//! };
+//! tokio::join!(run, check);
+//! assert!(informer.is_stopped());
+//! # });
 //! ```
 
 mod backoff;
 mod delta_fifo;
+mod handler;
 mod index;
+mod lister;
 pub mod lister_watcher;
 mod object;
+mod processor;
 mod reflector;
+mod shared_informer;
 mod store;
 
 pub use backoff::Backoff;
@@ -83,11 +162,15 @@ pub use delta_fifo::{
     Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, Deltas, DeltasIntoIter,
     KnownObjects, PopError, Transformer,
 };
+pub use handler::{DeletedObject, EventHandler, HandlerFns};
 pub use index::{
     IndexError, IndexFunc, IndexValues, Indexers, NAMESPACE_INDEX, namespace_index_func,
     namespace_indexers,
 };
+pub use lister::{Lister, NamespaceLister, SelectorError, selector_matches};
 pub use lister_watcher::{EventStream, ListOptions, ListPage, ListerWatcher, WatchOptions};
 pub use object::{DeletedFinalStateUnknown, Key, KeyError, Object, key_of, meta_key, split_key};
+pub use processor::{MINIMUM_RESYNC_PERIOD, Registration, determine_resync_period};
 pub use reflector::{LastSync, Reflector, ReflectorOptions, ReflectorStore, Trace, WatchEnd};
+pub use shared_informer::{InformerError, InformerOptions, SharedIndexInformer, WatchErrorHandler};
 pub use store::Indexer;

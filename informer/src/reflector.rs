@@ -446,7 +446,8 @@ where
         }
     }
 
-    /// A streaming list: the initial events into a temporary map, then `replace` at the
+    /// A streaming list: the initial events into a temporary map (kept in arrival order, so
+    /// `replace` sees the objects as the server sent them), then `replace` at the
     /// initial-events-end bookmark. Returns the stream, which goes on as a normal watch.
     async fn stream_list(&mut self) -> Result<LW::Stream> {
         let version = {
@@ -463,20 +464,30 @@ where
             send_initial_events: true,
         };
         let mut stream = self.lister_watcher.watch(&options).await?;
-        let mut initial: HashMap<Key, K> = HashMap::new();
+        // The initial state in arrival order: a slot per key, emptied by a deletion.
+        let mut slots: HashMap<Key, usize> = HashMap::new();
+        let mut initial: Vec<Option<K>> = Vec::new();
         loop {
             match stream.next().await {
                 Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
-                    initial.insert(key_of(&obj), obj);
+                    match slots.get(&key_of(&obj)) {
+                        Some(&i) => initial[i] = Some(obj),
+                        None => {
+                            slots.insert(key_of(&obj), initial.len());
+                            initial.push(Some(obj));
+                        }
+                    }
                 }
                 Some(Ok(WatchEvent::Deleted(obj))) => {
-                    initial.remove(&key_of(&obj));
+                    if let Some(i) = slots.remove(&key_of(&obj)) {
+                        initial[i] = None;
+                    }
                 }
                 Some(Ok(WatchEvent::Bookmark {
                     resource_version,
                     initial_events_end: true,
                 })) => {
-                    let items: Vec<K> = initial.into_values().collect();
+                    let items: Vec<K> = initial.into_iter().flatten().collect();
                     self.version_unavailable = false;
                     self.trace(Trace::Listed {
                         items: items.len(),

@@ -1,0 +1,575 @@
+//! The [`SharedIndexInformer`]: a reflector, a DeltaFIFO and an indexer wired together, with
+//! any number of event handlers sharing the one cache (client-go's `sharedIndexInformer`).
+//!
+//! # Implementation Details
+//!
+//! [`run`](SharedIndexInformer::run) builds the DeltaFIFO (its known objects are the
+//! indexer, it emits `Replaced`, and it holds the transform), spawns the reflector on it, and
+//! pops in a loop. Each pop applies one key's deltas to the indexer and hands out
+//! notifications (client-go's `processDeltas`), oldest delta first:
+//!
+//! | delta | indexer | notification |
+//! |---|---|---|
+//! | `Added`, `Updated`, `Replaced`, `Sync`; key not cached | insert | `on_add(obj, is_in_initial_list)` to every handler |
+//! | same; key cached, `resourceVersion` changed | insert | `on_update(old, new)` to every handler |
+//! | same; key cached, same `resourceVersion` | insert | `on_update(old, new)` only to handlers due for resync |
+//! | `Deleted` | remove | `on_delete(object or tombstone)` to every handler |
+//!
+//! All of it runs under the DeltaFIFO's lock (see [`DeltaFifo::pop`]) and under the informer's
+//! state mutex, which adding a handler also takes; the `processor` module says what that
+//! buys.
+//!
+//! The reflector is built when the informer starts, because its resync period — the
+//! informer's *resync check period* — is only final then: a handler registered before the
+//! start with a shorter period lowers it.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::delta_fifo::{DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, Deltas, Transformer};
+use crate::handler::EventHandler;
+use crate::index::{IndexError, Indexers, namespace_indexers};
+use crate::lister::Lister;
+use crate::lister_watcher::{Error as WatchError, ListerWatcher};
+use crate::object::Object;
+use crate::processor::{Notification, Processor, Registration};
+use crate::reflector::{LastSync, Reflector, ReflectorOptions};
+use crate::store::Indexer;
+
+/// Why a call on a [`SharedIndexInformer`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InformerError {
+    /// The call is only allowed before [`run`](SharedIndexInformer::run).
+    #[error("informer has already started")]
+    Started,
+    /// The informer has stopped; it takes no more handlers or indexers.
+    #[error("informer has stopped already")]
+    Stopped,
+    /// The indexers could not be added.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// Called with every error that ends a list or a watch (client-go's `WatchErrorHandler`).
+pub type WatchErrorHandler = Arc<dyn Fn(&WatchError) + Send + Sync>;
+
+/// How a [`SharedIndexInformer`] behaves.
+#[derive(Clone, Debug)]
+pub struct InformerOptions {
+    /// The default resync period of its handlers, and its initial resync check period;
+    /// [`Duration::ZERO`] (the default) never resyncs. See
+    /// [`add_event_handler_with_resync`](SharedIndexInformer::add_event_handler_with_resync).
+    pub resync_period: Duration,
+    /// The reflector's options. Its `resync_period` is ignored: the informer sets it to its
+    /// resync check period when it starts.
+    pub reflector: ReflectorOptions,
+}
+
+impl Default for InformerOptions {
+    fn default() -> Self {
+        InformerOptions {
+            resync_period: Duration::ZERO,
+            reflector: ReflectorOptions {
+                name: "informer".into(),
+                ..ReflectorOptions::default()
+            },
+        }
+    }
+}
+
+impl InformerOptions {
+    /// Default options under `name` (for logs), never resyncing.
+    pub fn named(name: impl Into<String>) -> Self {
+        let mut options = InformerOptions::default();
+        options.reflector.name = name.into();
+        options
+    }
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What the informer hands its reflector when it starts.
+struct ReflectorParts<K> {
+    fifo: DeltaFifo<K>,
+    options: ReflectorOptions,
+    should_resync: Arc<dyn Fn() -> bool + Send + Sync>,
+    on_error: Option<WatchErrorHandler>,
+}
+
+/// Builds and starts the reflector: the lister-watcher's type ends here.
+type StartReflector<K> = Box<dyn FnOnce(ReflectorParts<K>) -> (LastSync, BoxFuture) + Send>;
+
+/// Gives every informer its own number, so registrations know where they belong.
+static NEXT_INFORMER: AtomicU64 = AtomicU64::new(0);
+
+/// Keeps a local, indexed copy of one collection in step with the API server, and tells any
+/// number of [`EventHandler`]s what changed (client-go's `SharedIndexInformer`).
+///
+/// * **One cache, many handlers.** Every handler has its own unbounded buffer and task: a slow
+///   handler delays neither the others nor the informer. Objects are `Arc<K>`s shared by the
+///   DeltaFIFO, the [`Indexer`] and every handler.
+/// * **Handlers may come late.** One added after [`run`](Self::run) first receives every
+///   cached object as an add with `is_in_initial_list = true`, then every later change, with
+///   nothing missed or doubled.
+/// * **Resync per handler.** A handler's resync re-delivers every cached object as an update
+///   with the same `resourceVersion`; only handlers whose period is due receive it. See
+///   [`add_event_handler_with_resync`](Self::add_event_handler_with_resync).
+/// * **Synced, twice.** [`has_synced`](Self::has_synced) says the first list is in the
+///   indexer; [`Registration::has_synced`] says a handler has also *seen* it.
+/// * **Deletions are never lost.** A deletion made while the watch was down reaches the
+///   handlers after the relist as a tombstone ([`DeletedObject::Tombstone`](crate::DeletedObject)).
+///
+/// ```
+/// use std::time::Duration;
+/// use informer::{HandlerFns, InformerOptions, ListerWatcher, SharedIndexInformer};
+/// use k8s_openapi::api::core::v1::ConfigMap;
+///
+/// # async fn example(lister_watcher: impl ListerWatcher<ConfigMap> + 'static) {
+/// let informer = SharedIndexInformer::new(lister_watcher, InformerOptions {
+///     resync_period: Duration::from_secs(600),
+///     ..InformerOptions::named("configmaps")
+/// });
+/// let registration = informer
+///     .add_event_handler(HandlerFns::new().with_add(|cm: &std::sync::Arc<ConfigMap>, _| {
+///         println!("{:?}", cm.metadata.name);
+///     }))
+///     .unwrap();
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// let run = informer.run(async { let _ = stopped.await; });
+/// # let _ = (registration, stop, run);
+/// # }
+/// ```
+pub struct SharedIndexInformer<K> {
+    inner: Arc<Inner<K>>,
+}
+
+struct Inner<K> {
+    name: Arc<str>,
+    indexer: Indexer<K>,
+    /// Created by `run`.
+    fifo: OnceLock<DeltaFifo<K>>,
+    /// Wakes `wait_synced` callers when `fifo` is set.
+    fifo_set: Notify,
+    /// The reflector's last synced version, once it exists.
+    last_sync: OnceLock<LastSync>,
+    state: Mutex<State<K>>,
+}
+
+/// Everything that changes after construction, behind one mutex: the processing loop holds
+/// it while it updates the indexer and hands out notifications.
+struct State<K> {
+    processor: Processor<K>,
+    /// [`InformerOptions::resync_period`]: what `add_event_handler` asks for.
+    default_resync: Duration,
+    /// Taken by `run`.
+    start: Option<StartReflector<K>>,
+    reflector_options: ReflectorOptions,
+    transform: Option<Transformer<K>>,
+    on_watch_error: Option<WatchErrorHandler>,
+}
+
+impl<K: Object> fmt::Debug for SharedIndexInformer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedIndexInformer")
+            .field("name", &self.inner.name)
+            .field("cached", &self.inner.indexer.len())
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl SharedIndexInformer ===
+
+impl<K: Object> SharedIndexInformer<K> {
+    /// An informer over what `lister_watcher` serves, with the namespace index
+    /// ([`NAMESPACE_INDEX`](crate::NAMESPACE_INDEX)). Nothing happens until
+    /// [`run`](Self::run).
+    pub fn new<LW>(lister_watcher: LW, options: InformerOptions) -> Self
+    where
+        LW: ListerWatcher<K> + 'static,
+    {
+        let start: StartReflector<K> = Box::new(move |parts: ReflectorParts<K>| {
+            let ReflectorParts {
+                fifo,
+                options,
+                should_resync,
+                on_error,
+            } = parts;
+            let mut reflector = Reflector::new(lister_watcher, fifo, options)
+                .should_resync(move || should_resync());
+            if let Some(on_error) = on_error {
+                reflector = reflector.on_watch_error(move |e| on_error(e));
+            }
+            let last_sync = reflector.last_sync_resource_version();
+            let run: BoxFuture = Box::pin(reflector.run(std::future::pending()));
+            (last_sync, run)
+        });
+        let id = NEXT_INFORMER.fetch_add(1, Ordering::Relaxed);
+        let name: Arc<str> = options.reflector.name.as_str().into();
+        SharedIndexInformer {
+            inner: Arc::new(Inner {
+                name: name.clone(),
+                indexer: Indexer::new(namespace_indexers()),
+                fifo: OnceLock::new(),
+                fifo_set: Notify::new(),
+                last_sync: OnceLock::new(),
+                state: Mutex::new(State {
+                    processor: Processor::new(id, name, options.resync_period),
+                    default_resync: options.resync_period,
+                    start: Some(start),
+                    reflector_options: options.reflector,
+                    transform: None,
+                    on_watch_error: None,
+                }),
+            }),
+        }
+    }
+
+    /// Registers `handler` with the informer's default resync period
+    /// ([`InformerOptions::resync_period`]); see
+    /// [`add_event_handler_with_resync`](Self::add_event_handler_with_resync).
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Stopped`] once the informer has stopped.
+    pub fn add_event_handler(
+        &self,
+        handler: impl EventHandler<K>,
+    ) -> Result<Registration, InformerError> {
+        let default = self.inner.state.lock().default_resync;
+        self.add_event_handler_with_resync(handler, default)
+    }
+
+    /// Registers `handler`, to be resynced every `resync_period` ([`Duration::ZERO`]: never).
+    ///
+    /// The period follows client-go's rules. A period below one second is raised to one
+    /// second. The informer checks for due resyncs every *resync check period* (initially
+    /// [`InformerOptions::resync_period`]), so a handler's effective period is never shorter:
+    /// before the informer starts, a shorter period lowers the check period (and every other
+    /// handler's effective period is worked out again); after the start, it is raised to the
+    /// check period instead. An informer created with a zero period never resyncs, whatever
+    /// its handlers ask. [`Registration::resync_period`] tells the outcome.
+    ///
+    /// If the informer is running, the handler first receives every cached object as an add
+    /// with `is_in_initial_list = true`, then every later change. The same handler value
+    /// registered twice is two independent registrations.
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Stopped`] once the informer has stopped.
+    pub fn add_event_handler_with_resync(
+        &self,
+        handler: impl EventHandler<K>,
+        resync_period: Duration,
+    ) -> Result<Registration, InformerError> {
+        let inner = &self.inner;
+        let mut state = inner.state.lock();
+        if state.processor.is_stopped() {
+            tracing::warn!(informer = %inner.name, "handler not added: the informer has stopped already");
+            return Err(InformerError::Stopped);
+        }
+        let listener = state
+            .processor
+            .add(Box::new(handler), resync_period, || inner.indexer.list());
+        drop(state);
+        let weak = Arc::downgrade(inner);
+        let upstream = Arc::new(move || weak.upgrade().is_some_and(|i| i.has_synced()));
+        Ok(Registration::new(listener, upstream))
+    }
+
+    /// Removes a handler: it receives nothing more, though a call in progress finishes on its
+    /// own. A registration from another informer, or one already removed, is ignored.
+    pub fn remove_event_handler(&self, registration: &Registration) {
+        self.inner
+            .state
+            .lock()
+            .processor
+            .remove(registration.state());
+    }
+
+    /// Sets the function applied to every object before it is cached and handed to handlers
+    /// (client-go's `SetTransform`), e.g. to drop `metadata.managedFields`. It runs once per
+    /// object received from the server, in place, before the object is shared; see
+    /// [`Transformer`].
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Started`] once the informer has started.
+    pub fn set_transform(
+        &self,
+        transform: impl Fn(&mut K) + Send + Sync + 'static,
+    ) -> Result<(), InformerError> {
+        let mut state = self.inner.state.lock();
+        if state.processor.is_started() {
+            return Err(InformerError::Started);
+        }
+        state.transform = Some(Arc::new(transform));
+        Ok(())
+    }
+
+    /// Sets the function called with every error that ends a list or a watch (client-go's
+    /// `SetWatchErrorHandler`). The informer logs them anyway and goes on.
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Started`] once the informer has started.
+    pub fn set_watch_error_handler(
+        &self,
+        handler: impl Fn(&WatchError) + Send + Sync + 'static,
+    ) -> Result<(), InformerError> {
+        let mut state = self.inner.state.lock();
+        if state.processor.is_started() {
+            return Err(InformerError::Started);
+        }
+        state.on_watch_error = Some(Arc::new(handler));
+        Ok(())
+    }
+
+    /// Adds indices to the cache, indexing what it already holds; before or after the start.
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Stopped`] once the informer has stopped;
+    /// [`InformerError::Index`] if a name is already taken (then nothing is added).
+    pub fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), InformerError> {
+        let state = self.inner.state.lock();
+        if state.processor.is_stopped() {
+            return Err(InformerError::Stopped);
+        }
+        self.inner.indexer.add_indexers(indexers)?;
+        Ok(())
+    }
+
+    /// The cache. Read it freely; writing to it behind the informer's back breaks the
+    /// informer's view of the world.
+    pub fn get_indexer(&self) -> &Indexer<K> {
+        &self.inner.indexer
+    }
+
+    /// A [`Lister`] over the cache.
+    pub fn lister(&self) -> Lister<K> {
+        Lister::new(self.inner.indexer.clone())
+    }
+
+    /// Whether the first list is entirely in the cache: every object the informer's first
+    /// list (or streaming list) returned has been popped from the DeltaFIFO and applied to the
+    /// indexer. False before [`run`](Self::run); never false again once true.
+    pub fn has_synced(&self) -> bool {
+        self.inner.has_synced()
+    }
+
+    /// Resolves once [`has_synced`](Self::has_synced) is true; never, if it never is (the
+    /// informer never runs, or stops first), so race it against your shutdown signal.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub async fn wait_synced(&self) {
+        loop {
+            let mut set = pin!(self.inner.fifo_set.notified());
+            set.as_mut().enable();
+            if let Some(fifo) = self.inner.fifo.get() {
+                fifo.wait_synced().await;
+                return;
+            }
+            set.await;
+        }
+    }
+
+    /// Whether [`run`](Self::run) has been called.
+    pub fn is_started(&self) -> bool {
+        self.inner.state.lock().processor.is_started()
+    }
+
+    /// Whether the informer has stopped: its [`run`](Self::run) returned, or was dropped.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.state.lock().processor.is_stopped()
+    }
+
+    /// The resourceVersion of the reflector's last list or watch event; `""` before the first
+    /// list.
+    pub fn last_sync_resource_version(&self) -> String {
+        self.inner
+            .last_sync
+            .get()
+            .map(LastSync::get)
+            .unwrap_or_default()
+    }
+
+    /// How often the reflector asks whether a handler is due for resync; [`Duration::ZERO`]
+    /// if it never does. Final once the informer has started.
+    pub fn resync_check_period(&self) -> Duration {
+        self.inner.state.lock().processor.resync_check_period()
+    }
+
+    /// The informer's name, from [`ReflectorOptions::name`].
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Lists, watches and notifies until `shutdown` completes; then stops every handler,
+    /// waits for the handler calls in progress, and returns. Must run on a tokio runtime.
+    ///
+    /// An informer runs once: a second call logs a warning and returns at once (client-go's
+    /// behaviour). Once it has returned, [`is_stopped`](Self::is_stopped) is true and the
+    /// informer takes no more handlers.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the informer as `shutdown` would, except that it cannot wait
+    /// for handler calls in progress.
+    pub async fn run(&self, shutdown: impl Future<Output = ()> + Send) {
+        let Some((fifo, reflector)) = self.start() else {
+            return;
+        };
+        let mut running = Running {
+            inner: &self.inner,
+            reflector: Some(reflector),
+        };
+        let inner = &*self.inner;
+        let process = async {
+            while let Ok(()) = fifo
+                .pop(|deltas, initial| inner.process(deltas, initial))
+                .await
+            {}
+        };
+        {
+            let reflector = running.reflector.as_mut().expect("set above");
+            tokio::select! {
+                () = shutdown => {}
+                () = process => {}
+                result = reflector => {
+                    tracing::error!(informer = %inner.name, ?result, "the reflector ended on its own: stopping the informer");
+                }
+            }
+        }
+        let tasks = running.stop();
+        for task in tasks {
+            let _ = task.await;
+        }
+        tracing::debug!(informer = %inner.name, "informer stopped");
+    }
+
+    /// Marks the informer started, starts the registered handlers, and builds the DeltaFIFO
+    /// and the reflector; `None` if it had started already.
+    fn start(&self) -> Option<(DeltaFifo<K>, JoinHandle<()>)> {
+        let inner = &self.inner;
+        let runtime = tokio::runtime::Handle::current();
+        let mut state = inner.state.lock();
+        if state.processor.is_started() {
+            tracing::warn!(informer = %inner.name, "the informer has already been run");
+            return None;
+        }
+        state.processor.start(runtime.clone());
+        let fifo = DeltaFifo::with_options(DeltaFifoOptions {
+            known_objects: Some(Arc::new(inner.indexer.clone())),
+            emit_delta_type_replaced: true,
+            transformer: state.transform.clone(),
+        });
+        let check = state.processor.resync_check_period();
+        let mut options = state.reflector_options.clone();
+        options.resync_period = (!check.is_zero()).then_some(check);
+        let weak = Arc::downgrade(inner);
+        let should_resync = Arc::new(move || {
+            weak.upgrade().is_some_and(|inner| {
+                inner
+                    .state
+                    .lock()
+                    .processor
+                    .should_resync(tokio::time::Instant::now())
+            })
+        });
+        let start = state.start.take().expect("taken only by the first run");
+        let (last_sync, reflector) = start(ReflectorParts {
+            fifo: fifo.clone(),
+            options,
+            should_resync,
+            on_error: state.on_watch_error.clone(),
+        });
+        drop(state);
+        let _ = inner.last_sync.set(last_sync);
+        let _ = inner.fifo.set(fifo.clone());
+        inner.fifo_set.notify_waiters();
+        tracing::debug!(informer = %inner.name, resync_check_period = ?check, "informer started");
+        Some((fifo, runtime.spawn(reflector)))
+    }
+}
+
+// === impl Inner ===
+
+impl<K: Object> Inner<K> {
+    fn has_synced(&self) -> bool {
+        self.fifo.get().is_some_and(DeltaFifo::has_synced)
+    }
+
+    /// Applies one key's deltas to the indexer and hands out the notifications, oldest delta
+    /// first (client-go's `processDeltas`). Runs under the DeltaFIFO's lock.
+    fn process(&self, deltas: Deltas<K>, is_in_initial_list: bool) {
+        let state = self.state.lock();
+        let key = deltas.key().clone();
+        for delta in deltas {
+            match (delta.kind, delta.object) {
+                (DeltaType::Deleted, object) => {
+                    self.indexer.remove(&key);
+                    state
+                        .processor
+                        .distribute(Notification::Delete(object), false);
+                }
+                (_, DeltaObject::Object(obj)) => match self.indexer.insert(&key, obj.clone()) {
+                    Some(old) => {
+                        let sync = old.meta().resource_version == obj.meta().resource_version;
+                        state
+                            .processor
+                            .distribute(Notification::Update { old, new: obj }, sync);
+                    }
+                    None => state.processor.distribute(
+                        Notification::Add {
+                            obj,
+                            is_in_initial_list,
+                        },
+                        false,
+                    ),
+                },
+                (kind, DeltaObject::Tombstone(t)) => {
+                    tracing::warn!(informer = %self.name, key = %t.key, %kind, "a tombstone in a delta other than Deleted: ignored");
+                }
+            }
+        }
+    }
+}
+
+/// A started informer; stopping it (explicitly, or by drop) ends the reflector, closes the
+/// FIFO and stops the handlers.
+struct Running<'a, K: Object> {
+    inner: &'a Arc<Inner<K>>,
+    reflector: Option<JoinHandle<()>>,
+}
+
+impl<K: Object> Running<'_, K> {
+    fn stop(&mut self) -> Vec<JoinHandle<()>> {
+        if let Some(reflector) = self.reflector.take() {
+            reflector.abort();
+        }
+        if let Some(fifo) = self.inner.fifo.get() {
+            fifo.close();
+        }
+        let mut state = self.inner.state.lock();
+        if state.processor.is_stopped() {
+            return Vec::new();
+        }
+        state.processor.stop()
+    }
+}
+
+impl<K: Object> Drop for Running<'_, K> {
+    fn drop(&mut self) {
+        drop(self.stop());
+    }
+}

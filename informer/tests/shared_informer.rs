@@ -1,0 +1,873 @@
+//! The shared informer against a fake API server that the test drives: LIST answers are
+//! queued, and each WATCH is a channel the test sends events into. Each test proves one
+//! semantic: delivery to many handlers, a slow handler delaying nobody, late handlers, resync
+//! per handler, has_synced, transforms, removal, panics, tombstones, lifecycle.
+//!
+//! Most tests run on paused time, where sleeping only lets the runtime go idle. The two that
+//! need a handler that really blocks run on a multi-threaded runtime; their waits are bounded
+//! by a generous timeout that only turns a hang into a failure.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use informer::lister_watcher::{Error, ErrorKind, Result, WatchEvent};
+use informer::{
+    DeletedObject, EventHandler, EventStream, HandlerFns, IndexFunc, InformerError,
+    InformerOptions, ListOptions, ListPage, ListerWatcher, Registration, SharedIndexInformer,
+    WatchOptions,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+// === a fake API server ===
+
+type Event = Result<WatchEvent<ConfigMap>>;
+
+/// LIST answers come from a queue; each WATCH takes the next queued channel. With nothing
+/// queued, the request waits until something is.
+#[derive(Clone, Default)]
+struct Fake {
+    lists: Arc<Mutex<VecDeque<ListPage<ConfigMap>>>>,
+    watches: Arc<Mutex<VecDeque<mpsc::UnboundedReceiver<Event>>>>,
+    queued: Arc<tokio::sync::Notify>,
+    list_calls: Arc<AtomicUsize>,
+}
+
+/// The sending end of one watch. Dropping it closes the watch.
+struct Watch(mpsc::UnboundedSender<Event>);
+
+impl Watch {
+    fn send(&self, event: WatchEvent<ConfigMap>) {
+        self.0.send(Ok(event)).expect("the watch is open");
+    }
+
+    fn fail(&self, kind: ErrorKind) {
+        let _ = self.0.send(Err(Error::new(kind, format!("fake {kind:?}"))));
+    }
+}
+
+impl Fake {
+    fn list(&self, objects: &[(&str, &str)], rv: &str) {
+        self.lists.lock().push_back(ListPage {
+            items: objects.iter().map(|(n, v)| cm(n, v)).collect(),
+            resource_version: rv.into(),
+            continue_token: None,
+        });
+        self.queued.notify_one();
+    }
+
+    fn watch(&self) -> Watch {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.watches.lock().push_back(rx);
+        self.queued.notify_one();
+        Watch(tx)
+    }
+}
+
+struct FakeStream(mpsc::UnboundedReceiver<Event>);
+
+impl EventStream<ConfigMap> for FakeStream {
+    async fn next(&mut self) -> Option<Event> {
+        self.0.recv().await
+    }
+}
+
+impl ListerWatcher<ConfigMap> for Fake {
+    type Stream = FakeStream;
+
+    async fn list(&self, _: &ListOptions) -> Result<ListPage<ConfigMap>> {
+        self.list_calls.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let page = self.lists.lock().pop_front();
+            match page {
+                Some(page) => return Ok(page),
+                None => self.queued.notified().await,
+            }
+        }
+    }
+
+    async fn watch(&self, _: &WatchOptions) -> Result<FakeStream> {
+        loop {
+            let rx = self.watches.lock().pop_front();
+            match rx {
+                Some(rx) => return Ok(FakeStream(rx)),
+                None => self.queued.notified().await,
+            }
+        }
+    }
+}
+
+// === a handler that writes down what it hears ===
+
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<String>>>);
+
+impl Log {
+    fn lines(&self) -> Vec<String> {
+        self.0.lock().clone()
+    }
+
+    fn sorted(&self) -> Vec<String> {
+        let mut lines = self.lines();
+        lines.sort();
+        lines
+    }
+
+    fn count(&self, prefix: &str) -> usize {
+        self.0
+            .lock()
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .count()
+    }
+}
+
+fn name(cm: &ConfigMap) -> &str {
+    cm.metadata.name.as_deref().unwrap_or("")
+}
+
+fn rv(cm: &ConfigMap) -> &str {
+    cm.metadata.resource_version.as_deref().unwrap_or("")
+}
+
+impl EventHandler<ConfigMap> for Log {
+    fn on_add(&self, obj: &Arc<ConfigMap>, initial: bool) {
+        let tag = if initial { " (initial)" } else { "" };
+        self.0
+            .lock()
+            .push(format!("add {}@{}{tag}", name(obj), rv(obj)));
+    }
+
+    fn on_update(&self, old: &Arc<ConfigMap>, new: &Arc<ConfigMap>) {
+        self.0
+            .lock()
+            .push(format!("update {}@{}->{}", name(new), rv(old), rv(new)));
+    }
+
+    fn on_delete(&self, obj: &DeletedObject<ConfigMap>) {
+        let line = match obj {
+            DeletedObject::Object(o) => format!("delete {}@{}", name(o), rv(o)),
+            DeletedObject::Tombstone(t) => format!(
+                "tombstone {} (last @{})",
+                t.key,
+                t.obj.as_deref().map_or("-", rv)
+            ),
+        };
+        self.0.lock().push(line);
+    }
+}
+
+// === helpers ===
+
+fn cm(name: &str, rv: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            namespace: Some("ns".into()),
+            name: Some(name.into()),
+            resource_version: Some(rv.into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
+fn options(resync: Duration) -> InformerOptions {
+    let mut options = InformerOptions::named("test");
+    options.resync_period = resync;
+    options.reflector.watch_list = false;
+    options
+}
+
+fn informer(fake: &Fake, resync: Duration) -> Arc<SharedIndexInformer<ConfigMap>> {
+    Arc::new(SharedIndexInformer::new(fake.clone(), options(resync)))
+}
+
+/// A running informer and the means to stop it.
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn run(informer: &Arc<SharedIndexInformer<ConfigMap>>) -> Running {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let informer = informer.clone();
+    let task = tokio::spawn(async move {
+        informer
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    Running { stop, task }
+}
+
+impl Running {
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.expect("run returns after shutdown");
+    }
+}
+
+/// On paused time: lets every task run until all are idle, and the clock move `d` on.
+async fn pass(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+async fn settle() {
+    pass(Duration::from_millis(1)).await;
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// Bounds a wait: a hang fails the test instead of stalling it (on paused time the bound
+/// passes only when nothing else can happen).
+async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: never happened"))
+}
+
+// === delivery ===
+
+#[tokio::test(start_paused = true)]
+async fn every_handler_receives_every_notification_in_order() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1"), ("b", "1")], "1");
+    let watch = fake.watch();
+    let informer = informer(&fake, Duration::ZERO);
+    let logs: Vec<Log> = (0..3).map(|_| Log::default()).collect();
+    let regs: Vec<Registration> = logs
+        .iter()
+        .map(|log| informer.add_event_handler(log.clone()).unwrap())
+        .collect();
+    let running = run(&informer);
+    settle().await;
+    watch.send(WatchEvent::Added(cm("c", "2")));
+    watch.send(WatchEvent::Modified(cm("a", "3")));
+    watch.send(WatchEvent::Deleted(cm("b", "4")));
+    settle().await;
+
+    for log in &logs {
+        assert_eq!(
+            log.lines(),
+            [
+                "add a@1 (initial)",
+                "add b@1 (initial)",
+                "add c@2",
+                "update a@1->3",
+                "delete b@4",
+            ]
+        );
+    }
+    assert!(informer.has_synced());
+    assert!(regs.iter().all(Registration::has_synced));
+    let mut keys = informer.get_indexer().list_keys();
+    keys.sort();
+    assert_eq!(keys, ["ns/a".into(), "ns/c".into()]);
+    assert_eq!(informer.last_sync_resource_version(), "4");
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn objects_are_shared_by_the_cache_and_every_handler_never_copied() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1")], "1");
+    let informer = informer(&fake, Duration::ZERO);
+    let seen: Arc<Mutex<Vec<Arc<ConfigMap>>>> = Arc::default();
+    for _ in 0..2 {
+        let seen = seen.clone();
+        informer
+            .add_event_handler(
+                HandlerFns::<ConfigMap>::new()
+                    .with_add(move |obj, _| seen.lock().push(obj.clone())),
+            )
+            .unwrap();
+    }
+    let running = run(&informer);
+    settle().await;
+    let cached = informer.get_indexer().get_by_key("ns/a").unwrap();
+    let seen = seen.lock().clone();
+    assert_eq!(seen.len(), 2);
+    assert!(seen.iter().all(|obj| Arc::ptr_eq(obj, &cached)));
+    running.stop().await;
+}
+
+/// Blocks the first handler call until the test opens the gate: a really slow handler.
+struct Gated {
+    gate: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    handled: tokio::sync::watch::Sender<usize>,
+}
+
+impl EventHandler<ConfigMap> for Gated {
+    fn on_add(&self, _: &Arc<ConfigMap>, _: bool) {
+        if let Some(gate) = self.gate.lock().take() {
+            // A handler that blocks does it as the EventHandler contract says, so the tasks
+            // queued behind it on this worker move to another.
+            let _ = tokio::task::block_in_place(|| gate.recv());
+        }
+        self.handled.send_modify(|n| *n += 1);
+    }
+}
+
+fn counter() -> (
+    tokio::sync::watch::Sender<usize>,
+    tokio::sync::watch::Receiver<usize>,
+) {
+    tokio::sync::watch::channel(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_handler_delays_neither_the_other_handlers_nor_the_fifo() {
+    let fake = Fake::default();
+    let listed: Vec<(String, String)> = (0..100).map(|i| (format!("l{i}"), "1".into())).collect();
+    let listed: Vec<(&str, &str)> = listed
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    fake.list(&listed, "1");
+    let watch = fake.watch();
+    let informer = informer(&fake, Duration::ZERO);
+
+    let (open_gate, gate) = std::sync::mpsc::channel();
+    let (slow_count, mut slow_seen) = counter();
+    let slow = informer
+        .add_event_handler(Gated {
+            gate: Mutex::new(Some(gate)),
+            handled: slow_count,
+        })
+        .unwrap();
+    let (fast_count, mut fast_seen) = counter();
+    let fast = informer
+        .add_event_handler(Gated {
+            gate: Mutex::new(None),
+            handled: fast_count,
+        })
+        .unwrap();
+    let running = run(&informer);
+    for i in 0..100 {
+        watch.send(WatchEvent::Added(cm(&format!("w{i}"), "2")));
+    }
+
+    // The slow handler is stuck in its first call; everything else goes on.
+    bounded(
+        "the fast handler sees all 200 adds",
+        fast_seen.wait_for(|n| *n == 200),
+    )
+    .await
+    .unwrap();
+    bounded("the informer syncs", informer.wait_synced()).await;
+    assert_eq!(informer.get_indexer().len(), 200, "the FIFO was drained");
+    assert!(fast.has_synced());
+    assert_eq!(
+        *slow_seen.borrow(),
+        0,
+        "the slow handler is still in its first call"
+    );
+    assert!(
+        !slow.has_synced(),
+        "a handler that has not handled the initial list is not synced"
+    );
+
+    // Once it is released, it catches up on everything, in its own time.
+    open_gate.send(()).unwrap();
+    bounded(
+        "the slow handler catches up",
+        slow_seen.wait_for(|n| *n == 200),
+    )
+    .await
+    .unwrap();
+    bounded("the slow registration syncs", slow.wait_synced()).await;
+    running.stop().await;
+}
+
+// === late handlers ===
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_added_late_receives_the_whole_cache_then_later_changes() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1"), ("b", "1"), ("c", "1")], "1");
+    let watch = fake.watch();
+    let informer = informer(&fake, Duration::ZERO);
+    let early = Log::default();
+    informer.add_event_handler(early.clone()).unwrap();
+    let running = run(&informer);
+    settle().await;
+    assert!(informer.has_synced());
+
+    let late = Log::default();
+    let reg = informer.add_event_handler(late.clone()).unwrap();
+    assert!(
+        !reg.has_synced(),
+        "not synced before its initial adds are handled"
+    );
+    settle().await;
+    assert_eq!(
+        late.sorted(),
+        [
+            "add a@1 (initial)",
+            "add b@1 (initial)",
+            "add c@1 (initial)"
+        ]
+    );
+    assert!(reg.has_synced());
+
+    watch.send(WatchEvent::Modified(cm("a", "2")));
+    settle().await;
+    assert_eq!(late.lines().last().unwrap(), "update a@1->2");
+    assert_eq!(late.lines().len(), 4, "nothing doubled");
+    assert_eq!(
+        early.lines(),
+        [
+            "add a@1 (initial)",
+            "add b@1 (initial)",
+            "add c@1 (initial)",
+            "update a@1->2"
+        ],
+        "the early handler got nothing extra"
+    );
+    running.stop().await;
+}
+
+// === resync ===
+
+#[tokio::test(start_paused = true)]
+async fn periodic_resync_reaches_only_the_handlers_whose_period_is_due() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1"), ("b", "1")], "1");
+    let _watch = fake.watch();
+    let informer = informer(&fake, 10 * SECOND);
+    let every10 = Log::default();
+    let every30 = Log::default();
+    let never = Log::default();
+    informer.add_event_handler(every10.clone()).unwrap();
+    let r30 = informer
+        .add_event_handler_with_resync(every30.clone(), 30 * SECOND)
+        .unwrap();
+    let r0 = informer
+        .add_event_handler_with_resync(never.clone(), Duration::ZERO)
+        .unwrap();
+    assert_eq!(r30.resync_period(), 30 * SECOND);
+    assert_eq!(r0.resync_period(), Duration::ZERO);
+    let running = run(&informer);
+    pass(65 * SECOND).await;
+
+    // Resyncs are same-version updates: at 10, 20, … 60 s, and at 30 and 60 s; two objects.
+    assert_eq!(every10.count("update a@1->1"), 6);
+    assert_eq!(every10.count("update b@1->1"), 6);
+    assert_eq!(every30.count("update "), 4);
+    assert_eq!(never.count("update "), 0);
+    assert_eq!(never.lines().len(), 2, "only the initial adds");
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relist_of_unchanged_objects_reaches_only_the_handlers_marked_for_resync() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1"), ("b", "1")], "1");
+    let first = fake.watch();
+    let informer = informer(&fake, 10 * SECOND);
+    let due = Log::default();
+    let not_due = Log::default();
+    informer.add_event_handler(due.clone()).unwrap();
+    informer
+        .add_event_handler_with_resync(not_due.clone(), 60 * SECOND)
+        .unwrap();
+    let running = run(&informer);
+
+    // At 10 s the resync check marks `due` and resyncs it, key by key in the cache's own
+    // (unspecified) order.
+    pass(15 * SECOND).await;
+    let mut resynced = due.lines()[2..].to_vec();
+    resynced.sort();
+    assert_eq!(resynced, ["update a@1->1", "update b@1->1"]);
+    assert_eq!(not_due.count("update "), 0);
+
+    // The watch breaks; the relist returns `a` unchanged and `b` changed. The unchanged one is
+    // a resync (same resourceVersion): only the handler the last check marked gets it.
+    fake.list(&[("a", "1"), ("b", "5")], "5");
+    let _second = fake.watch();
+    first.fail(ErrorKind::Gone);
+    pass(4 * SECOND).await;
+    // The relist's deltas come in the list's order.
+    assert_eq!(due.lines()[4..], ["update a@1->1", "update b@1->5"]);
+    assert_eq!(
+        not_due.lines(),
+        ["add a@1 (initial)", "add b@1 (initial)", "update b@1->5"]
+    );
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_resync_a_relist_of_unchanged_objects_notifies_nobody() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1"), ("b", "1")], "1");
+    let first = fake.watch();
+    let informer = informer(&fake, Duration::ZERO);
+    let log = Log::default();
+    informer.add_event_handler(log.clone()).unwrap();
+    let running = run(&informer);
+    settle().await;
+    fake.list(&[("a", "1"), ("b", "2")], "2");
+    let _second = fake.watch();
+    first.fail(ErrorKind::Gone);
+    pass(5 * SECOND).await;
+    assert_eq!(fake.list_calls.load(Ordering::SeqCst), 2, "it relisted");
+    assert_eq!(
+        log.lines(),
+        ["add a@1 (initial)", "add b@1 (initial)", "update b@1->2"]
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn handler_resync_periods_follow_client_go_rules() {
+    let fake = Fake::default();
+    let informer = informer(&fake, 30 * SECOND);
+    let default = informer.add_event_handler(Log::default()).unwrap();
+    assert_eq!(default.resync_period(), 30 * SECOND);
+
+    // Before the start, a shorter period lowers the check period; longer ones are kept.
+    let fast = informer
+        .add_event_handler_with_resync(Log::default(), 10 * SECOND)
+        .unwrap();
+    assert_eq!(informer.resync_check_period(), 10 * SECOND);
+    assert_eq!(fast.resync_period(), 10 * SECOND);
+    assert_eq!(default.resync_period(), 30 * SECOND);
+    // Below the one-second minimum: raised to it.
+    let tiny = informer
+        .add_event_handler_with_resync(Log::default(), Duration::from_millis(10))
+        .unwrap();
+    assert_eq!(tiny.resync_period(), SECOND);
+    assert_eq!(informer.resync_check_period(), SECOND);
+
+    // After the start, the check period is fixed: a shorter period is raised to it.
+    let informer = self::informer(&fake, 30 * SECOND);
+    let running = run(&informer);
+    settle().await;
+    let late = informer
+        .add_event_handler_with_resync(Log::default(), 10 * SECOND)
+        .unwrap();
+    assert_eq!(late.resync_period(), 30 * SECOND);
+    assert_eq!(informer.resync_check_period(), 30 * SECOND);
+
+    // An informer that never resyncs ignores what handlers ask.
+    let never = self::informer(&fake, Duration::ZERO);
+    let asked = never
+        .add_event_handler_with_resync(Log::default(), 10 * SECOND)
+        .unwrap();
+    assert_eq!(asked.resync_period(), Duration::ZERO);
+    assert_eq!(never.resync_check_period(), Duration::ZERO);
+    running.stop().await;
+}
+
+// === has_synced ===
+
+#[tokio::test(start_paused = true)]
+async fn has_synced_waits_for_the_first_list_to_be_processed() {
+    let fake = Fake::default();
+    let informer = informer(&fake, Duration::ZERO);
+    let reg = informer.add_event_handler(Log::default()).unwrap();
+    assert!(!informer.has_synced(), "not before run");
+    assert!(!reg.has_synced());
+    let running = run(&informer);
+    settle().await;
+    assert!(!informer.has_synced(), "not before the first list");
+    assert!(!reg.has_synced());
+
+    fake.list(&[("a", "1"), ("b", "1")], "1");
+    let _watch = fake.watch();
+    bounded("the informer syncs", informer.wait_synced()).await;
+    assert_eq!(informer.get_indexer().len(), 2, "synced means cached");
+    bounded("the registration syncs", reg.wait_synced()).await;
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_first_list_syncs_at_once() {
+    let fake = Fake::default();
+    fake.list(&[], "7");
+    let _watch = fake.watch();
+    let informer = informer(&fake, Duration::ZERO);
+    let reg = informer.add_event_handler(Log::default()).unwrap();
+    let running = run(&informer);
+    settle().await;
+    assert!(informer.has_synced());
+    assert!(reg.has_synced());
+    assert_eq!(informer.last_sync_resource_version(), "7");
+    running.stop().await;
+}
+
+// === transform ===
+
+#[tokio::test(start_paused = true)]
+async fn the_transform_runs_once_per_object_before_it_is_cached_and_handed_out() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1"), ("b", "1")], "1");
+    let watch = fake.watch();
+    let informer = informer(&fake, Duration::ZERO);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    informer
+        .set_transform(move |cm: &mut ConfigMap| {
+            c.fetch_add(1, Ordering::SeqCst);
+            cm.metadata.managed_fields = None;
+            cm.metadata
+                .labels
+                .get_or_insert_default()
+                .insert("transformed".into(), "yes".into());
+        })
+        .unwrap();
+    let seen: Arc<Mutex<Vec<Arc<ConfigMap>>>> = Arc::default();
+    let s = seen.clone();
+    informer
+        .add_event_handler(
+            HandlerFns::<ConfigMap>::new().with_add(move |obj, _| s.lock().push(obj.clone())),
+        )
+        .unwrap();
+    let running = run(&informer);
+    settle().await;
+    watch.send(WatchEvent::Added(cm("c", "2")));
+    settle().await;
+
+    let transformed = |cm: &ConfigMap| {
+        cm.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.get("transformed").is_some_and(|v| v == "yes"))
+    };
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "once per object received");
+    assert_eq!(seen.lock().len(), 3);
+    assert!(seen.lock().iter().all(|o| transformed(o)));
+    assert!(informer.get_indexer().list().iter().all(|o| transformed(o)));
+    assert_eq!(
+        informer.set_transform(|_| {}),
+        Err(InformerError::Started),
+        "only before the start"
+    );
+    assert_eq!(
+        informer.set_watch_error_handler(|_| {}),
+        Err(InformerError::Started)
+    );
+    running.stop().await;
+}
+
+// === removal ===
+
+#[tokio::test(start_paused = true)]
+async fn a_removed_handler_receives_nothing_more_and_removal_is_idempotent() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1")], "1");
+    let watch = fake.watch();
+    let informer = informer(&fake, Duration::ZERO);
+    let removed = Log::default();
+    let kept = Log::default();
+    let reg = informer.add_event_handler(removed.clone()).unwrap();
+    informer.add_event_handler(kept.clone()).unwrap();
+    let running = run(&informer);
+    settle().await;
+
+    informer.remove_event_handler(&reg);
+    assert!(reg.is_stopped());
+    informer.remove_event_handler(&reg);
+    // A registration from another informer is not this informer's business.
+    let other = self::informer(&Fake::default(), Duration::ZERO);
+    let foreign = other.add_event_handler(Log::default()).unwrap();
+    informer.remove_event_handler(&foreign);
+    assert!(!foreign.is_stopped());
+
+    watch.send(WatchEvent::Added(cm("b", "2")));
+    settle().await;
+    assert_eq!(removed.lines(), ["add a@1 (initial)"]);
+    assert_eq!(kept.lines(), ["add a@1 (initial)", "add b@2"]);
+    running.stop().await;
+}
+
+// === panics ===
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_handler_is_isolated_and_goes_on_with_the_next_notification() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1"), ("boom", "1"), ("c", "1")], "1");
+    let watch = fake.watch();
+    let informer = informer(&fake, Duration::ZERO);
+    let survivor = Log::default();
+    let s = survivor.clone();
+    let panicky = informer
+        .add_event_handler(
+            HandlerFns::new().with_add(move |obj: &Arc<ConfigMap>, initial| {
+                assert_ne!(name(obj), "boom", "the handler panics on boom");
+                s.on_add(obj, initial);
+            }),
+        )
+        .unwrap();
+    let bystander = Log::default();
+    informer.add_event_handler(bystander.clone()).unwrap();
+    let running = run(&informer);
+    pass(5 * SECOND).await;
+    watch.send(WatchEvent::Added(cm("d", "2")));
+    pass(5 * SECOND).await;
+
+    assert_eq!(
+        survivor.lines(),
+        ["add a@1 (initial)", "add c@1 (initial)", "add d@2"],
+        "the panicking notification is skipped, the next ones delivered"
+    );
+    assert_eq!(
+        bystander.lines(),
+        [
+            "add a@1 (initial)",
+            "add boom@1 (initial)",
+            "add c@1 (initial)",
+            "add d@2"
+        ]
+    );
+    assert!(
+        panicky.has_synced(),
+        "an initial add that panicked still counts as handled"
+    );
+    running.stop().await;
+}
+
+// === tombstones ===
+
+#[tokio::test(start_paused = true)]
+async fn a_deletion_missed_while_disconnected_arrives_as_a_tombstone_after_the_relist() {
+    for watch_list in [false, true] {
+        tombstone_after_relist(watch_list).await;
+    }
+}
+
+async fn tombstone_after_relist(watch_list: bool) {
+    let fake = Fake::default();
+    let first = fake.watch();
+    let mut options = options(Duration::ZERO);
+    options.reflector.watch_list = watch_list;
+    let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
+    let log = Log::default();
+    informer.add_event_handler(log.clone()).unwrap();
+    if watch_list {
+        // A streaming list: the initial state as events, ended by a bookmark.
+        first.send(WatchEvent::Added(cm("a", "1")));
+        first.send(WatchEvent::Added(cm("b", "1")));
+        first.send(WatchEvent::Bookmark {
+            resource_version: "1".into(),
+            initial_events_end: true,
+        });
+    } else {
+        fake.list(&[("a", "1"), ("b", "1")], "1");
+    }
+    let running = run(&informer);
+    settle().await;
+    first.send(WatchEvent::Modified(cm("a", "2")));
+    settle().await;
+
+    // The watch breaks; meanwhile `b` is deleted. The relist no longer has it.
+    let second = fake.watch();
+    if watch_list {
+        second.send(WatchEvent::Added(cm("a", "2")));
+        second.send(WatchEvent::Bookmark {
+            resource_version: "5".into(),
+            initial_events_end: true,
+        });
+    } else {
+        fake.list(&[("a", "2")], "5");
+    }
+    first.fail(ErrorKind::Gone);
+    pass(5 * SECOND).await;
+
+    let mut want = vec!["add a@1 (initial)", "add b@1 (initial)"];
+    if watch_list {
+        // The streaming list's events come in no fixed order.
+        let mut initial = log.lines()[..2].to_vec();
+        initial.sort();
+        assert_eq!(initial, want, "watch_list={watch_list}");
+    }
+    want.extend(["update a@1->2", "tombstone ns/b (last @1)"]);
+    assert_eq!(
+        log.sorted()[..],
+        sorted(&want)[..],
+        "watch_list={watch_list}"
+    );
+    assert_eq!(
+        log.lines()[2..],
+        want[2..],
+        "in order after the initial list; watch_list={watch_list}"
+    );
+    assert!(informer.get_indexer().get_by_key("ns/b").is_none());
+    running.stop().await;
+}
+
+fn sorted(lines: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = lines.iter().map(|s| (*s).to_owned()).collect();
+    v.sort();
+    v
+}
+
+// === lifecycle ===
+
+/// Counts the live copies of a handler: the count drops when its task is gone.
+struct Tracked(#[allow(dead_code)] Arc<()>);
+impl EventHandler<ConfigMap> for Tracked {}
+
+#[tokio::test(start_paused = true)]
+async fn run_twice_returns_at_once_and_a_stopped_informer_refuses_handlers() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1")], "1");
+    let _watch = fake.watch();
+    let informer = informer(&fake, Duration::ZERO);
+    let alive = Arc::new(());
+    let reg = informer.add_event_handler(Tracked(alive.clone())).unwrap();
+    let running = run(&informer);
+    settle().await;
+    assert!(informer.is_started());
+    // A second run is refused at once.
+    informer.run(std::future::pending()).await;
+    assert!(!informer.is_stopped());
+    assert_eq!(Arc::strong_count(&alive), 2, "the handler's task holds it");
+    informer
+        .add_indexers(
+            [(
+                "name".to_owned(),
+                IndexFunc::new(|cm: &ConfigMap, out| out.push(name(cm))),
+            )]
+            .into(),
+        )
+        .unwrap();
+    assert_eq!(informer.lister().by_index("name", "a").unwrap().len(), 1);
+
+    running.stop().await;
+    assert!(informer.is_stopped());
+    assert!(reg.is_stopped());
+    assert_eq!(
+        Arc::strong_count(&alive),
+        1,
+        "the handler's task ended with the informer"
+    );
+    assert_eq!(
+        informer.add_event_handler(Log::default()).unwrap_err(),
+        InformerError::Stopped
+    );
+    assert_eq!(
+        informer.add_indexers(Default::default()).unwrap_err(),
+        InformerError::Stopped
+    );
+    assert!(informer.has_synced(), "the cache stays readable");
+    assert_eq!(informer.lister().list().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_run_future_stops_the_informer() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1")], "1");
+    let _watch = fake.watch();
+    let informer = informer(&fake, Duration::ZERO);
+    let running = run(&informer);
+    settle().await;
+    running.task.abort();
+    let _ = running.task.await;
+    assert!(informer.is_stopped());
+}
