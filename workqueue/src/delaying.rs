@@ -218,12 +218,11 @@ impl<T: Eq + Hash + Clone> State<T> {
             };
             match *state {
                 ItemState::Waiting(due) if due == timer.due() => {
-                    *state = ItemState::Queued;
                     self.delayed.cancel_one();
                     if let Some(metrics) = &mut self.metrics {
                         metrics.add(&timer.item);
                     }
-                    self.fifo.push_back(timer.item);
+                    *state = self.fifo.push(timer.item);
                     self.waiters.wake_for_item(wake);
                 }
                 ItemState::ProcessingWaiting(due) if due == timer.due() => {
@@ -240,7 +239,7 @@ impl<T: Eq + Hash + Clone> State<T> {
 
     /// Records a request to add `item` at deadline `at` (in the future).
     pub(crate) fn schedule(&mut self, item: T, at: u64, wake: &mut WakeList) {
-        use std::collections::hash_map::Entry;
+        use hashbrown::hash_map::Entry;
 
         let due = self.delayed.next_due(at);
         let key = match self.items.entry(item) {
@@ -251,9 +250,9 @@ impl<T: Eq + Hash + Clone> State<T> {
                 key
             }
             Entry::Occupied(mut occupied) => {
-                let next = match *occupied.get() {
+                let next = match self.fifo.current(*occupied.get()) {
                     // Will be processed after now anyway.
-                    ItemState::Queued | ItemState::ProcessingDirty => return,
+                    ItemState::Queued(_) | ItemState::ProcessingDirty => return,
                     ItemState::Processing => {
                         self.delayed.add_one();
                         ItemState::ProcessingWaiting(due)

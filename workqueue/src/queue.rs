@@ -9,21 +9,29 @@
 //!
 //! | state | in FIFO | handed out | delayed entry | `add` moves it to | `done` moves it to |
 //! |---|---|---|---|---|---|
-//! | (absent) | no | no | no | `Queued` | (ignored) |
-//! | `Queued` | yes | no | no | (unchanged) | (ignored) |
+//! | (absent) | no | no | no | `Queued(seq)` | (ignored) |
+//! | `Queued(seq)` | yes | no | no | (unchanged) | (ignored) |
 //! | `Processing` | no | yes | no | `ProcessingDirty` | (absent) |
 //! | `ProcessingDirty` | no | yes | no | (unchanged) | `Queued` |
 //! | `Waiting(due)` | no | no | yes | `Queued` | (ignored) |
 //! | `ProcessingWaiting(due)` | no | yes | yes | `ProcessingDirty` | `Waiting(due)` |
 //!
-//! `get` pops the FIFO and moves the item from `Queued` to `Processing`. The two `Waiting`
-//! states belong to the delaying layer (see [`crate::delaying`]); a plain [`Queue`] never
-//! enters them. So `add`, `get` and `done` each cost one hash lookup in the common case, and
-//! an `add` of an item that is already queued allocates nothing.
+//! `Queued(seq)` records where the item was pushed: the FIFO ([`Fifo`]) numbers every push
+//! and counts its pops, so `get` only pops — it never touches the map — and a `Queued(seq)`
+//! that the FIFO has popped since *reads* as `Processing` (`Fifo::current`); the next
+//! transition of that item writes its real state. The two `Waiting` states belong to the
+//! delaying layer (see [`crate::delaying`]); a plain [`Queue`] never enters them. So `add` and
+//! `done` cost one hash lookup each in the common case and `get` none, and an `add` of an
+//! item that is already queued allocates nothing.
+//!
+//! The map is [`hashbrown`]'s, for `entry_ref` (`done` finds, updates or removes an entry
+//! in one probe, without cloning the key) and its default hasher, foldhash: several times
+//! faster than std's SipHash on short keys, and randomly seeded, which is enough
+//! for keys that come from the cluster's own object names.
 //!
 //! Invariants, checked by the model tests:
 //!
-//! * an item is in the FIFO exactly once if its state is `Queued`, and not at all otherwise —
+//! * an item is in the FIFO exactly once if its state reads `Queued`, and not at all otherwise —
 //!   so it is never queued twice (the client-go "dirty" set is `Queued ∪ ProcessingDirty`);
 //! * `processing` counts the states that are handed out — so `get` never hands out an item
 //!   that is handed out already, and `done` re-queues a dirty item exactly once;
@@ -33,7 +41,6 @@
 //! them per queued item. Wakers are collected under the lock and woken after it is released.
 
 use std::collections::VecDeque;
-use std::collections::hash_map::{Entry, HashMap};
 use std::fmt;
 use std::future::poll_fn;
 use std::hash::Hash;
@@ -42,6 +49,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use hashbrown::HashMap;
+use hashbrown::hash_map::{Entry, EntryRef};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
@@ -157,10 +166,14 @@ pub(crate) struct Shared<T> {
 }
 
 /// Where an item is; see the table in the module docs.
+///
+/// Read a stored state through [`Fifo::current`]: a `Queued(seq)` whose item has been popped
+/// reads as `Processing`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ItemState {
-    /// In the FIFO, waiting for a worker.
-    Queued,
+    /// Pushed to the FIFO as its push number `seq`: waiting for a worker until the FIFO has
+    /// popped it, handed out (`Processing`) after.
+    Queued(u64),
     /// Handed out to a worker, not added since.
     Processing,
     /// Handed out and added again since: re-queued by `done`.
@@ -176,7 +189,7 @@ pub(crate) struct State<T> {
     /// Every item the queue knows, and where it is.
     pub(crate) items: HashMap<T, ItemState>,
     /// Items in state `Queued`, oldest first, each exactly once.
-    pub(crate) fifo: VecDeque<T>,
+    pub(crate) fifo: Fifo<T>,
     /// Number of items handed out and not yet `done` (states `Processing*`).
     pub(crate) processing: usize,
     /// Delayed entries (the delaying layer). Empty for a plain queue.
@@ -189,6 +202,61 @@ pub(crate) struct State<T> {
     drain: bool,
     /// Present only for a named queue with a metrics provider.
     pub(crate) metrics: Option<QueueMetrics<T>>,
+}
+
+/// The FIFO of queued items. It numbers every push, so that an item's state can record where
+/// it was queued and `get` can hand an item out without touching the item map.
+pub(crate) struct Fifo<T> {
+    items: VecDeque<T>,
+    /// Number of items popped so far: the push number of the front item.
+    popped: u64,
+}
+
+impl<T> Default for Fifo<T> {
+    fn default() -> Self {
+        Self {
+            items: VecDeque::new(),
+            popped: 0,
+        }
+    }
+}
+
+impl<T> Fifo<T> {
+    /// Appends `item`; returns the state that records it as queued here.
+    #[inline]
+    pub(crate) fn push(&mut self, item: T) -> ItemState {
+        let seq = self.popped + self.items.len() as u64;
+        self.items.push_back(item);
+        ItemState::Queued(seq)
+    }
+
+    /// Removes the oldest item.
+    #[inline]
+    fn pop(&mut self) -> Option<T> {
+        let item = self.items.pop_front()?;
+        self.popped += 1;
+        Some(item)
+    }
+
+    /// What a stored state means now: `Queued(seq)` of an item this FIFO has popped since
+    /// is `Processing`.
+    #[inline]
+    pub(crate) fn current(&self, state: ItemState) -> ItemState {
+        match state {
+            ItemState::Queued(seq) if seq < self.popped => ItemState::Processing,
+            state => state,
+        }
+    }
+
+    /// Number of queued items.
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing is queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
 }
 
 // === impl Queue ===
@@ -209,8 +277,8 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
         let has_metrics = metrics.is_some();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                items: HashMap::new(),
-                fifo: VecDeque::new(),
+                items: HashMap::default(),
+                fifo: Fifo::default(),
                 processing: 0,
                 delayed: DelayHeap::default(),
                 waiters: Waiters::default(),
@@ -268,14 +336,37 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// Cancel safe. If the future is dropped before it completes, no item was taken from the
     /// queue, and a wake-up it had received is passed on to another waiting `get`.
     pub async fn get(&self) -> Option<T> {
+        // Fast path: an item is ready, or the queue is over. No waiter, no timer, one lock.
+        if let Some(out) = self.try_take() {
+            return out;
+        }
+        self.get_slow().await
+    }
+
+    /// `get` without waiting: the item, `Some(None)` once shut down and empty, or `None`
+    /// if `get` has to wait.
+    fn try_take(&self) -> Option<Option<T>> {
+        let mut wake = WakeList::default();
+        let mut state = self.shared.state.lock();
+        state.promote_due(self.shared.epoch, &mut wake);
+        match state.pop() {
+            Some(item) => Some(Some(item)),
+            None if state.shutting_down => Some(None),
+            None => None,
+        }
+    }
+
+    /// `get` when the queue was empty: park, and keep the delaying timer if needed.
+    async fn get_slow(&self) -> Option<T> {
         let mut waiter = Waiter {
             shared: &self.shared,
             slot: None,
             yielded_at: None,
         };
-        let mut sleep = pin!(None::<Sleep>);
+        // Boxed: only the keeper sleeps, and this keeps `get`'s future small.
+        let mut sleep = None::<Pin<Box<Sleep>>>;
         loop {
-            match poll_fn(|cx| waiter.poll_get(sleep.as_mut(), cx)).await {
+            match poll_fn(|cx| waiter.poll_get(&mut sleep, cx)).await {
                 Step::Done(item) => return item,
                 Step::Yield => tokio::task::yield_now().await,
             }
@@ -445,22 +536,21 @@ impl<T: Eq + Hash + Clone> State<T> {
     pub(crate) fn enqueue(&mut self, item: T, wake: &mut WakeList) {
         match self.items.entry(item) {
             Entry::Vacant(vacant) => {
-                self.fifo.push_back(vacant.key().clone());
+                let queued = self.fifo.push(vacant.key().clone());
                 if let Some(metrics) = &mut self.metrics {
                     metrics.add(vacant.key());
                 }
-                vacant.insert(ItemState::Queued);
+                vacant.insert(queued);
                 self.waiters.wake_for_item(wake);
             }
             Entry::Occupied(mut occupied) => {
-                let next = match *occupied.get() {
-                    ItemState::Queued | ItemState::ProcessingDirty => return,
+                let next = match self.fifo.current(*occupied.get()) {
+                    ItemState::Queued(_) | ItemState::ProcessingDirty => return,
                     ItemState::Processing => ItemState::ProcessingDirty,
                     ItemState::Waiting(_) => {
                         self.delayed.cancel_one();
-                        self.fifo.push_back(occupied.key().clone());
                         self.waiters.wake_for_item(wake);
-                        ItemState::Queued
+                        self.fifo.push(occupied.key().clone())
                     }
                     ItemState::ProcessingWaiting(_) => {
                         self.delayed.cancel_one();
@@ -475,13 +565,12 @@ impl<T: Eq + Hash + Clone> State<T> {
         }
     }
 
-    /// Takes the oldest queued item and marks it as being processed.
+    /// Takes the oldest queued item. Popping it from the FIFO is what marks it as being
+    /// processed: the map is not touched (see [`Fifo::current`]).
     fn pop(&mut self) -> Option<T> {
-        let item = self.fifo.pop_front()?;
-        if let Some(state) = self.items.get_mut(&item) {
-            debug_assert_eq!(*state, ItemState::Queued);
-            *state = ItemState::Processing;
-        }
+        let seq = self.fifo.popped;
+        let item = self.fifo.pop()?;
+        debug_assert_eq!(self.items.get(&item), Some(&ItemState::Queued(seq)));
         self.processing += 1;
         if let Some(metrics) = &mut self.metrics {
             metrics.get(&item);
@@ -491,24 +580,22 @@ impl<T: Eq + Hash + Clone> State<T> {
 
     /// The "done" transition. Returns whether a drain just completed.
     fn done(&mut self, item: &T, wake: &mut WakeList) -> bool {
-        let Some((key, state)) = self.items.remove_entry(item) else {
+        let EntryRef::Occupied(mut entry) = self.items.entry_ref(item) else {
             return false;
         };
-        match state {
-            ItemState::Processing => {}
+        match self.fifo.current(*entry.get()) {
+            ItemState::Processing => {
+                entry.remove();
+            }
             ItemState::ProcessingDirty => {
-                self.fifo.push_back(key.clone());
-                self.items.insert(key, ItemState::Queued);
+                entry.insert(self.fifo.push(entry.key().clone()));
                 self.waiters.wake_for_item(wake);
             }
             ItemState::ProcessingWaiting(due) => {
-                self.items.insert(key, ItemState::Waiting(due));
+                entry.insert(ItemState::Waiting(due));
             }
-            ItemState::Queued | ItemState::Waiting(_) => {
-                // Not handed out: a stray `done` changes nothing.
-                self.items.insert(key, state);
-                return false;
-            }
+            // Not handed out: a stray `done` changes nothing.
+            ItemState::Queued(_) | ItemState::Waiting(_) => return false,
         }
         self.processing -= 1;
         if let Some(metrics) = &mut self.metrics {
@@ -608,7 +695,7 @@ impl<T: Eq + Hash + Clone> Waiter<'_, T> {
     /// until the earliest delayed deadline).
     fn poll_get(
         &mut self,
-        mut sleep: Pin<&mut Option<Sleep>>,
+        sleep: &mut Option<Pin<Box<Sleep>>>,
         cx: &mut Context<'_>,
     ) -> Poll<Step<T>> {
         let mut timer_fired = false;
@@ -633,7 +720,7 @@ impl<T: Eq + Hash + Clone> Waiter<'_, T> {
                 state.park_waiter(slot, old_waker, cx.waker())
             };
             let Some(at) = deadline else {
-                sleep.set(None);
+                *sleep = None;
                 return Poll::Pending;
             };
             // Keeper: sleep until shortly before the deadline, then yield until it passes.
@@ -645,24 +732,24 @@ impl<T: Eq + Hash + Clone> Waiter<'_, T> {
                 when - TIMER_SLACK
             } else if self.yielded_at != Some(now) {
                 self.yielded_at = Some(now);
-                sleep.set(None);
+                *sleep = None;
                 return Poll::Ready(Step::Yield);
             } else {
                 when // the clock stood still while we yielded: it is paused, sleep exactly
             };
-            match sleep.as_mut().as_pin_mut() {
-                Some(timer) if timer.deadline() == target => {}
-                Some(timer) => timer.reset(target),
-                None => sleep.set(Some(tokio::time::sleep_until(target))),
-            }
-            let fired = sleep
-                .as_mut()
-                .as_pin_mut()
-                .is_some_and(|timer| timer.poll(cx).is_ready());
-            if !fired {
+            let timer = match sleep {
+                Some(timer) => {
+                    if timer.deadline() != target {
+                        timer.as_mut().reset(target);
+                    }
+                    timer
+                }
+                None => sleep.insert(Box::pin(tokio::time::sleep_until(target))),
+            };
+            if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            sleep.set(None);
+            *sleep = None;
             if timer_fired {
                 // The timer fired twice in one poll without anything coming due: yield to the
                 // scheduler instead of spinning while the clock catches up.

@@ -57,13 +57,25 @@ impl WakeList {
 }
 
 impl Drop for WakeList {
+    // Every queue operation drops a list, almost always empty or with one waker: keep that
+    // path inline and short (a `drain` of the empty `Vec` alone cost several nanoseconds).
+    #[inline]
     fn drop(&mut self) {
         if let Some(waker) = self.first.take() {
             waker.wake();
+            // `rest` is only ever filled after `first`.
+            if !self.rest.is_empty() {
+                wake_rest(&mut self.rest);
+            }
         }
-        for waker in self.rest.drain(..) {
-            waker.wake();
-        }
+    }
+}
+
+/// Wakes and removes every waker in `rest`.
+#[cold]
+fn wake_rest(rest: &mut Vec<Waker>) {
+    for waker in rest.drain(..) {
+        waker.wake();
     }
 }
 
