@@ -17,7 +17,7 @@ export TESTENV_KUBECONFIG := $(KUBECONFIG_TESTENV)
 export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
 .PHONY: all demo test test-unit test-cluster lint fmt cluster cluster-down cluster-status \
-	testenv bench bench-decode
+	testenv bench bench-decode bench-queue
 
 all: lint test-unit
 
@@ -51,6 +51,7 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 	cd testenv && test -z "$$(gofmt -l .)" && go vet ./...
+	cd benches/clientgo && test -z "$$(gofmt -l .)" && go vet ./...
 
 fmt:
 	cargo fmt --all
@@ -81,3 +82,8 @@ bench:
 ## bench-decode: watch decode throughput on one core; last line `watch decode events/s: N`
 bench-decode:
 	benches/bench-decode.sh
+
+## bench-queue: our workqueue against client-go's on the same workloads, in one run (7 rounds);
+## last line `min ratio ours/client-go: X.XX`. See BENCHMARKS.md
+bench-queue:
+	python3 benches/bench-queue.py

@@ -1,3 +1,46 @@
-//! `queue-bench` will measure the workqueue's throughput (add → get → done cycles and delayed
-//! adds) on the same workloads as client-go's peer in `benches/clientgo/`, so the two can be
-//! compared in one run.
+//! `queue-bench` measures the workqueue on the workloads that `benches/clientgo/` runs on
+//! client-go's, so that `make bench-queue` can compare the two in one run.
+//!
+//! # Map
+//!
+//! * [`Cycle`] — add → get → done with `P` producers and `W` workers on unique or repeating
+//!   keys, run on our [`workqueue::Queue`] ([`Cycle::run_queue`]) and, as the ceiling a
+//!   deduplicating queue can approach, on a lock-free MPMC channel ([`Cycle::run_channel`]).
+//! * [`Insert`] — `add_after` of many distinct keys: insert rate and heap bytes per pending
+//!   item, read through [`CountingAlloc`].
+//! * [`Lateness`] — how late delayed items reach a worker waiting in `get`.
+//! * [`SplitMix64`] — the delay generator, written identically in the Go peer.
+//!
+//! ```text
+//!  main.rs ── flags ──▶ cycle_workloads / Insert / Lateness ── run ──▶ outcome ── JSON line ──▶ stdout
+//!                                                                          └── progress ──▶ stderr
+//! ```
+//!
+//! # Example
+//!
+//! ```
+//! use queue_bench::{Cycle, Keys, Threads};
+//!
+//! let cycle = Cycle {
+//!     keys: Keys::Repeating { space: 16 },
+//!     producers: 2,
+//!     workers: 2,
+//!     adds: 1_000,
+//!     threads: Threads::Workers(2),
+//!     yield_every: 100,
+//! };
+//! assert_eq!(cycle.to_string(), "cycle/repeat/p2w2");
+//! let outcome = cycle.run_queue();
+//! assert_eq!(outcome.adds, 1_000);
+//! assert!(outcome.processed >= 16); // every key at least once, duplicates collapsed
+//! ```
+
+mod alloc;
+mod cycle;
+mod delayed;
+mod rng;
+
+pub use alloc::CountingAlloc;
+pub use cycle::{Cycle, CycleOutcome, CycleParams, Keys, Threads, cycle_workloads};
+pub use delayed::{Insert, InsertOutcome, Lateness, LatenessOutcome};
+pub use rng::SplitMix64;
