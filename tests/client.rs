@@ -18,6 +18,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
+use support::cluster::{compact_etcd, testenv_dir};
 use support::{CONVERGE, unique};
 
 // === fixtures ===
@@ -35,22 +36,6 @@ const ALL_AUTH: [AuthMode; 3] = [
     AuthMode::BearerToken,
     AuthMode::ExecPlugin,
 ];
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn testenv_dir() -> PathBuf {
-    let kubeconfig = std::env::var_os("TESTENV_KUBECONFIG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target/testenv/kubeconfig"));
-    assert!(
-        kubeconfig.is_file(),
-        "no cluster: {} does not exist; start one with `make cluster`",
-        kubeconfig.display()
-    );
-    kubeconfig.parent().unwrap().to_owned()
-}
 
 /// A client for the test cluster authenticating as `mode`, loaded through a kubeconfig file
 /// as a user's would be.
@@ -88,7 +73,9 @@ fn write_kubeconfig(dir: &Path, mode: AuthMode) -> PathBuf {
         AuthMode::ExecPlugin => format!(
             "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {}\n      \
              interactiveMode: Never\n      env:\n      - name: EXEC_PLUGIN_TOKEN_FILE\n        value: {}\n",
-            root().join("testdata/exec-plugin.sh").display(),
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("testdata/exec-plugin.sh")
+                .display(),
             token.display()
         ),
         AuthMode::ClientCertificate => unreachable!(),
@@ -509,20 +496,6 @@ async fn compacted_versions_are_gone_for_watch_and_exact_list() {
         .await
         .unwrap_err();
     assert!(err.is_gone(), "{err}");
-}
-
-fn compact_etcd() {
-    let dir = testenv_dir();
-    let out = std::process::Command::new(dir.join("bin/testenv"))
-        .args(["compact", "--dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "testenv compact: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 // === deletion ===

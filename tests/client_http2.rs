@@ -2,28 +2,15 @@
 //! server. Alone in its test binary: it counts this process's sockets, and other tests'
 //! clients would be counted too.
 
-use controller_runtime::client::{Api, Client, ClientOptions, WatchParams};
-use controller_runtime::config::{Config, KubeconfigOptions};
+mod support;
+
+use controller_runtime::client::{Api, WatchParams};
 use k8s_openapi::api::core::v1::ConfigMap;
 
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn many_watches_share_one_http2_connection() {
-    let kubeconfig = std::env::var_os("TESTENV_KUBECONFIG")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/testenv/kubeconfig")
-        });
-    assert!(
-        kubeconfig.is_file(),
-        "no cluster: start one with `make cluster`"
-    );
-    let config = Config::from_kubeconfig(&KubeconfigOptions {
-        path: Some(kubeconfig),
-        ..KubeconfigOptions::default()
-    })
-    .unwrap();
-    let client = Client::new(config, ClientOptions::default()).unwrap();
+    let client = support::cluster::client();
 
     // The first request learns by ALPN that the server speaks HTTP/2.
     client.get_raw("/version").await.unwrap();

@@ -7,81 +7,23 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use controller_runtime::client::{
     Api, Client, ClientOptions, DeleteParams, ListParams, Patch, PatchParams, PostParams,
 };
-use controller_runtime::config::{Config, KubeconfigOptions};
 use controller_runtime::informer::{DeletedObject, EventHandler, Object, SharedIndexInformer};
 use controller_runtime::informers::InformerFactory;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodTemplate};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use serde_json::json;
-use support::{CONVERGE, unique};
-use tokio::net::{TcpListener, TcpStream};
-
-// === a proxy that can cut the connection ===
-
-/// Forwards TCP to the API server, TLS and all, until cut: then every connection is closed
-/// and new ones are dropped at once, until restored.
-struct CuttableProxy {
-    addr: SocketAddr,
-    cut: Arc<AtomicBool>,
-    generation: Arc<tokio::sync::watch::Sender<u64>>,
-}
-
-impl CuttableProxy {
-    async fn start(upstream: SocketAddr) -> CuttableProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let cut = Arc::new(AtomicBool::new(false));
-        let (generation, _) = tokio::sync::watch::channel(0u64);
-        let generation = Arc::new(generation);
-        let (c, g) = (cut.clone(), generation.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((client, _)) = listener.accept().await else {
-                    return;
-                };
-                if c.load(Ordering::SeqCst) {
-                    drop(client);
-                    continue;
-                }
-                let mut cut_signal = g.subscribe();
-                tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    let (mut client, mut server) = (client, server);
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = cut_signal.changed() => {}
-                    }
-                });
-            }
-        });
-        CuttableProxy {
-            addr,
-            cut,
-            generation,
-        }
-    }
-
-    fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        self.generation.send_modify(|g| *g += 1);
-    }
-
-    fn restore(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-    }
-}
+use support::CONVERGE;
+use support::cluster::{
+    CuttableProxy, client, compact_etcd, create_namespace, delete_namespace, template,
+};
 
 // === a handler that mirrors what it hears ===
 
@@ -144,69 +86,6 @@ impl<K: Object> EventHandler<K> for Mirror {
 
 // === helpers ===
 
-fn kubeconfig() -> std::path::PathBuf {
-    std::env::var_os("TESTENV_KUBECONFIG")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/testenv/kubeconfig")
-        })
-}
-
-fn config() -> Config {
-    let kubeconfig = kubeconfig();
-    assert!(
-        kubeconfig.is_file(),
-        "no cluster: start one with `make cluster`"
-    );
-    Config::from_kubeconfig(&KubeconfigOptions {
-        path: Some(kubeconfig),
-        ..KubeconfigOptions::default()
-    })
-    .unwrap()
-}
-
-fn client() -> Client {
-    Client::new(config(), ClientOptions::default()).unwrap()
-}
-
-async fn namespace(client: &Client, prefix: &str) -> String {
-    let name = unique(prefix);
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    Api::<Namespace>::cluster(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    name
-}
-
-async fn delete_namespace(client: &Client, ns: &str) {
-    Api::<Namespace>::cluster(client.clone())
-        .delete(ns, &DeleteParams::default())
-        .await
-        .unwrap();
-}
-
-fn compact_etcd() {
-    let kubeconfig = kubeconfig();
-    let dir = kubeconfig.parent().unwrap();
-    let out = std::process::Command::new(dir.join("bin/testenv"))
-        .args(["compact", "--dir"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Waits until the informer's cache, and what `mirror` heard, both equal a fresh LIST.
 async fn converges<K>(api: &Api<K>, informer: &SharedIndexInformer<K>, mirror: &Mirror, what: &str)
 where
@@ -260,14 +139,6 @@ fn configmap(name: &str, value: &str) -> ConfigMap {
     }
 }
 
-fn template(name: &str) -> PodTemplate {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "template": {"spec": {"containers": [{"name": "c", "image": "memcached:1.6"}]}}
-    }))
-    .unwrap()
-}
-
 /// A stop signal for the factory, and the means to fire it.
 fn stop_signal() -> (
     tokio::sync::oneshot::Sender<()>,
@@ -285,7 +156,7 @@ fn stop_signal() -> (
 #[ignore = "needs cluster"]
 async fn configmap_informer_matches_a_fresh_list_through_creates_updates_and_deletes() {
     let client = client();
-    let ns = namespace(&client, "inf-cm").await;
+    let ns = create_namespace(&client, "inf-cm").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let factory = InformerFactory::new(client.clone()).namespace(&ns);
     let informer = factory.informer::<ConfigMap>();
@@ -343,7 +214,7 @@ async fn configmap_informer_matches_a_fresh_list_through_creates_updates_and_del
 #[ignore = "needs cluster"]
 async fn pod_informer_matches_a_fresh_list_as_a_deployment_scales_and_pods_come_and_go() {
     let client = client();
-    let ns = namespace(&client, "inf-pod").await;
+    let ns = create_namespace(&client, "inf-pod").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let factory = InformerFactory::new(client.clone()).namespace(&ns);
@@ -447,7 +318,7 @@ async fn pod_informer_matches_a_fresh_list_as_a_deployment_scales_and_pods_come_
 #[ignore = "needs cluster"]
 async fn a_handler_added_late_receives_the_full_cache() {
     let client = client();
-    let ns = namespace(&client, "inf-late").await;
+    let ns = create_namespace(&client, "inf-late").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     for i in 0..10 {
         api.create(&PostParams::default(), &configmap(&format!("c{i}"), "1"))
@@ -503,17 +374,10 @@ async fn deletions_made_while_the_connection_is_cut_arrive_as_tombstones_after_t
 
 async fn tombstones_after_cut(watch_list: bool) {
     let direct = client();
-    let upstream: SocketAddr = direct
-        .base_url()
-        .trim_start_matches("https://")
-        .parse()
-        .unwrap();
-    let proxy = CuttableProxy::start(upstream).await;
-    let mut proxied = config();
-    proxied.cluster_url = format!("https://{}", proxy.addr).parse().unwrap();
+    let (proxy, proxied) = CuttableProxy::to_cluster().await;
     let through_proxy = Client::new(proxied, ClientOptions::default()).unwrap();
 
-    let ns = namespace(&direct, "inf-cut").await;
+    let ns = create_namespace(&direct, "inf-cut").await;
     // PodTemplates are read from etcd without the watch cache in testenv, so compaction
     // makes the informer's old version really gone.
     let api: Api<PodTemplate> = Api::namespaced(direct.clone(), &ns);

@@ -5,79 +5,20 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use controller_runtime::client::{
     Api, ApiListerWatcher, Client, ClientOptions, DeleteParams, ListParams, PostParams,
 };
-use controller_runtime::config::{Config, KubeconfigOptions};
 use controller_runtime::informer::{Reflector, ReflectorOptions, ReflectorStore, Trace};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodTemplate};
+use k8s_openapi::api::core::v1::{ConfigMap, PodTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
-use serde_json::json;
-use support::{CONVERGE, unique};
-use tokio::net::{TcpListener, TcpStream};
-
-// === a proxy that can cut the connection ===
-
-/// Forwards TCP to the API server, TLS and all, until cut: then every connection is closed
-/// and new ones are dropped at once, until restored.
-struct CuttableProxy {
-    addr: SocketAddr,
-    cut: Arc<AtomicBool>,
-    generation: Arc<tokio::sync::watch::Sender<u64>>,
-}
-
-impl CuttableProxy {
-    async fn start(upstream: SocketAddr) -> CuttableProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let cut = Arc::new(AtomicBool::new(false));
-        let (generation, _) = tokio::sync::watch::channel(0u64);
-        let generation = Arc::new(generation);
-        let (c, g) = (cut.clone(), generation.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((client, _)) = listener.accept().await else {
-                    return;
-                };
-                if c.load(Ordering::SeqCst) {
-                    drop(client);
-                    continue;
-                }
-                let mut cut_signal = g.subscribe();
-                tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    let (mut client, mut server) = (client, server);
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = cut_signal.changed() => {}
-                    }
-                });
-            }
-        });
-        CuttableProxy {
-            addr,
-            cut,
-            generation,
-        }
-    }
-
-    fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        self.generation.send_modify(|g| *g += 1);
-    }
-
-    fn restore(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-    }
-}
+use support::CONVERGE;
+use support::cluster::{
+    CuttableProxy, client, compact_etcd, create_namespace, delete_namespace, template,
+};
 
 // === a store that keeps names and versions ===
 
@@ -112,39 +53,6 @@ impl<K: controller_runtime::informer::Object> ReflectorStore<K> for VersionStore
 
 // === helpers ===
 
-fn config() -> Config {
-    let kubeconfig = std::env::var_os("TESTENV_KUBECONFIG")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/testenv/kubeconfig")
-        });
-    assert!(
-        kubeconfig.is_file(),
-        "no cluster: start one with `make cluster`"
-    );
-    Config::from_kubeconfig(&KubeconfigOptions {
-        path: Some(kubeconfig),
-        ..KubeconfigOptions::default()
-    })
-    .unwrap()
-}
-
-async fn namespace(client: &Client, prefix: &str) -> String {
-    let name = unique(prefix);
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    Api::<Namespace>::cluster(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    name
-}
-
 /// Waits until `store` holds exactly what a fresh LIST returns.
 async fn converges<K>(api: &Api<K>, store: &VersionStore, what: &str)
 where
@@ -172,40 +80,13 @@ where
     }
 }
 
-fn template(name: &str) -> PodTemplate {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "template": {"spec": {"containers": [{"name": "c", "image": "memcached:1.6"}]}}
-    }))
-    .unwrap()
-}
-
-fn compact_etcd() {
-    let kubeconfig = std::env::var_os("TESTENV_KUBECONFIG")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/testenv/kubeconfig")
-        });
-    let dir = kubeconfig.parent().unwrap();
-    let out = std::process::Command::new(dir.join("bin/testenv"))
-        .args(["compact", "--dir"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 // === tests ===
 
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn reflector_store_follows_configmaps_through_creates_updates_and_deletes() {
-    let client = Client::new(config(), ClientOptions::default()).unwrap();
-    let ns = namespace(&client, "refl-cm").await;
+    let client = client();
+    let ns = create_namespace(&client, "refl-cm").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let store = VersionStore::default();
     let reflector = Reflector::new(
@@ -249,10 +130,7 @@ async fn reflector_store_follows_configmaps_through_creates_updates_and_deletes(
     converges(&api, &store, "after updates and deletes").await;
     stop.send(()).unwrap();
     task.await.unwrap();
-    Api::<Namespace>::cluster(client)
-        .delete(&ns, &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_namespace(&client, &ns).await;
 }
 
 #[tokio::test]
@@ -267,18 +145,11 @@ async fn cut_connection_and_compaction_lead_to_a_relist_that_catches_up() {
 /// A broken watch makes the reflector list again (as client-go does) at its last version;
 /// the deletions made meanwhile disappear from the store through that list.
 async fn cut_and_catch_up(watch_list: bool) {
-    let direct = Client::new(config(), ClientOptions::default()).unwrap();
-    let upstream: SocketAddr = direct
-        .base_url()
-        .trim_start_matches("https://")
-        .parse()
-        .unwrap();
-    let proxy = CuttableProxy::start(upstream).await;
-    let mut proxied = config();
-    proxied.cluster_url = format!("https://{}", proxy.addr).parse().unwrap();
+    let direct = client();
+    let (proxy, proxied) = CuttableProxy::to_cluster().await;
     let through_proxy = Client::new(proxied, ClientOptions::default()).unwrap();
 
-    let ns = namespace(&direct, "refl-cut").await;
+    let ns = create_namespace(&direct, "refl-cut").await;
     // PodTemplates are read from etcd without the watch cache in testenv, so compaction
     // makes the reflector's old version really gone.
     let api: Api<PodTemplate> = Api::namespaced(direct.clone(), &ns);
@@ -339,8 +210,5 @@ async fn cut_and_catch_up(watch_list: bool) {
     );
     stop.send(()).unwrap();
     task.await.unwrap();
-    Api::<Namespace>::cluster(direct)
-        .delete(&ns, &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_namespace(&direct, &ns).await;
 }

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod cluster;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -27,14 +29,7 @@ impl Kubectl {
     /// with the cluster, or `kubectl` on `PATH`. Panics when there is no cluster.
     pub fn from_env() -> Self {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let kubeconfig = std::env::var_os("TESTENV_KUBECONFIG")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target/testenv/kubeconfig"));
-        assert!(
-            kubeconfig.is_file(),
-            "no cluster: {} does not exist; start one with `make cluster`, or run `make test-cluster`",
-            kubeconfig.display()
-        );
+        let kubeconfig = cluster::kubeconfig();
         let built = root.join("target/testenv/bin/kubectl");
         let bin = std::env::var_os("TESTENV_KUBECTL")
             .map(PathBuf::from)

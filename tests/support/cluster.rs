@@ -1,0 +1,172 @@
+//! The cluster side of the cluster tests: finding testenv, clients on it, namespaces,
+//! compacting etcd, and a proxy that cuts a client's connection on demand.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use controller_runtime::client::{Api, Client, ClientOptions, DeleteParams, PostParams};
+use controller_runtime::config::{Config, KubeconfigOptions};
+use k8s_openapi::api::core::v1::{Namespace, PodTemplate};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tokio::net::{TcpListener, TcpStream};
+
+use super::unique;
+
+/// The test cluster's kubeconfig: `TESTENV_KUBECONFIG` (set by the Makefile) or
+/// `target/testenv/kubeconfig`. Panics when there is no cluster: a cluster test never
+/// passes without one.
+pub fn kubeconfig() -> PathBuf {
+    let path = std::env::var_os("TESTENV_KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/testenv/kubeconfig"));
+    assert!(
+        path.is_file(),
+        "no cluster: {} does not exist; start one with `make cluster`, or run `make test-cluster`",
+        path.display()
+    );
+    path
+}
+
+/// testenv's state directory: the kubeconfig's, holding `bin/`, `pki/` and `logs/`.
+pub fn testenv_dir() -> PathBuf {
+    kubeconfig().parent().unwrap().to_owned()
+}
+
+/// The configuration in the test cluster's kubeconfig (admin, by client certificate).
+pub fn config() -> Config {
+    Config::from_kubeconfig(&KubeconfigOptions {
+        path: Some(kubeconfig()),
+        ..KubeconfigOptions::default()
+    })
+    .unwrap()
+}
+
+/// A client on the test cluster with default options.
+pub fn client() -> Client {
+    Client::new(config(), ClientOptions::default()).unwrap()
+}
+
+/// Creates a namespace named `prefix-<pid>-<n>` and returns its name.
+pub async fn create_namespace(client: &Client, prefix: &str) -> String {
+    let name = unique(prefix);
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::cluster(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    name
+}
+
+/// Deletes a namespace, without waiting for it to go.
+pub async fn delete_namespace(client: &Client, name: &str) {
+    Api::<Namespace>::cluster(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// Compacts etcd up to its current revision (`testenv compact`), so every older
+/// resourceVersion that reaches etcd is gone.
+pub fn compact_etcd() {
+    let dir = testenv_dir();
+    let out = std::process::Command::new(dir.join("bin/testenv"))
+        .args(["compact", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "testenv compact: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A PodTemplate named `name`. testenv serves PodTemplates without the watch cache, straight
+/// from etcd, so compaction is what a client sees.
+pub fn template(name: &str) -> PodTemplate {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "template": {"spec": {"containers": [{"name": "c", "image": "memcached:1.6"}]}}
+    }))
+    .unwrap()
+}
+
+/// Forwards TCP to the API server, TLS and all, until cut: then every connection is closed
+/// and new ones are dropped at once, until restored.
+pub struct CuttableProxy {
+    /// Where clients connect: `https://<addr>` reaches the API server through the proxy.
+    pub addr: SocketAddr,
+    cut: Arc<AtomicBool>,
+    generation: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl CuttableProxy {
+    /// A proxy on 127.0.0.1 forwarding to `upstream`.
+    pub async fn start(upstream: SocketAddr) -> CuttableProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = Arc::new(AtomicBool::new(false));
+        let generation = Arc::new(tokio::sync::watch::channel(0u64).0);
+        let (c, g) = (cut.clone(), generation.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                if c.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let mut cut_signal = g.subscribe();
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (mut client, mut server) = (client, server);
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut_signal.changed() => {}
+                    }
+                });
+            }
+        });
+        CuttableProxy {
+            addr,
+            cut,
+            generation,
+        }
+    }
+
+    /// A proxy to the test cluster's API server, and a client configuration that goes
+    /// through it.
+    pub async fn to_cluster() -> (CuttableProxy, Config) {
+        let upstream: SocketAddr = client()
+            .base_url()
+            .trim_start_matches("https://")
+            .parse()
+            .unwrap();
+        let proxy = CuttableProxy::start(upstream).await;
+        let mut config = config();
+        config.cluster_url = format!("https://{}", proxy.addr).parse().unwrap();
+        (proxy, config)
+    }
+
+    /// Closes every connection and refuses new ones.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
