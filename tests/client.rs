@@ -15,10 +15,10 @@ use controller_runtime::client::{
 };
 use controller_runtime::config::{Config, KubeconfigOptions};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodTemplate};
+use k8s_openapi::api::core::v1::{ConfigMap, PodTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
-use support::cluster::{compact_etcd, testenv_dir};
+use support::cluster::{compact_etcd, create_namespace, testenv_dir};
 use support::{CONVERGE, unique};
 
 // === fixtures ===
@@ -97,18 +97,7 @@ struct TestNamespace {
 
 impl TestNamespace {
     async fn create(client: &Client, prefix: &str) -> TestNamespace {
-        let name = unique(prefix);
-        let ns = Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                ..ObjectMeta::default()
-            },
-            ..Namespace::default()
-        };
-        Api::<Namespace>::cluster(client.clone())
-            .create(&PostParams::default(), &ns)
-            .await
-            .unwrap();
+        let name = create_namespace(client, prefix).await;
         TestNamespace { name }
     }
 }

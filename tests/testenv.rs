@@ -127,14 +127,15 @@ fn deleting_a_namespace_with_running_pods_completes() {
     });
 
     k.run(&["delete", "namespace", &ns.name, "--wait=false"]);
+    // One request per look: the namespace can vanish between two.
     eventually("the namespace gone", CONVERGE, || {
-        match k.try_run(&["get", "namespace", &ns.name, "-o", "name"], None) {
+        match k.try_json(&["get", "namespace", &ns.name]) {
             Err(e) if e.contains("NotFound") => Ok(()),
             Err(e) => Err(e),
-            Ok(_) => {
-                let phase = k.json(&["get", "namespace", &ns.name])["status"]["phase"].clone();
-                Err(format!("namespace still present, phase {phase}"))
-            }
+            Ok(namespace) => Err(format!(
+                "namespace still present, phase {}",
+                namespace["status"]["phase"]
+            )),
         }
     });
 }

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use controller_runtime::client::{Api, Client, ClientOptions, DeleteParams, PostParams};
 use controller_runtime::config::{Config, KubeconfigOptions};
-use k8s_openapi::api::core::v1::{Namespace, PodTemplate};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::net::{TcpListener, TcpStream};
 
-use super::unique;
+use super::{CONVERGE, unique};
 
 /// The test cluster's kubeconfig: `TESTENV_KUBECONFIG` (set by the Makefile) or
 /// `target/testenv/kubeconfig`. Panics when there is no cluster: a cluster test never
@@ -48,7 +48,9 @@ pub fn client() -> Client {
     Client::new(config(), ClientOptions::default()).unwrap()
 }
 
-/// Creates a namespace named `prefix-<pid>-<n>` and returns its name.
+/// Creates a namespace named `prefix-<pid>-<n>` and returns its name once the cluster has
+/// settled it: its `kube-root-ca.crt` ConfigMap is published asynchronously, and a test
+/// that counts ConfigMaps must not see it arrive midway.
 pub async fn create_namespace(client: &Client, prefix: &str) -> String {
     let name = unique(prefix);
     let ns = Namespace {
@@ -62,6 +64,20 @@ pub async fn create_namespace(client: &Client, prefix: &str) -> String {
         .create(&PostParams::default(), &ns)
         .await
         .unwrap();
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &name);
+    let begin = tokio::time::Instant::now();
+    while configmaps
+        .get_opt("kube-root-ca.crt")
+        .await
+        .unwrap()
+        .is_none()
+    {
+        assert!(
+            begin.elapsed() < CONVERGE,
+            "kube-root-ca.crt never appeared in {name}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     name
 }
 
