@@ -28,6 +28,7 @@
 //! reset after two minutes.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -182,6 +183,8 @@ pub struct Reflector<K, LW: ListerWatcher<K>, S> {
     store: S,
     options: ReflectorOptions,
     last_sync: Arc<Mutex<String>>,
+    /// Where `apply` stages the next version, so moving it on does not allocate.
+    scratch_version: String,
     /// A LIST answered 410 or "too large": the next asks for a consistent read.
     version_unavailable: bool,
     /// A `"0"` LIST came back in pages: keep paging.
@@ -230,6 +233,7 @@ where
             store,
             options,
             last_sync: Arc::default(),
+            scratch_version: String::new(),
             version_unavailable: false,
             paginated: false,
             backoff: Backoff::default(),
@@ -470,10 +474,10 @@ where
         loop {
             match stream.next().await {
                 Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
-                    match slots.get(&key_of(&obj)) {
-                        Some(&i) => initial[i] = Some(obj),
-                        None => {
-                            slots.insert(key_of(&obj), initial.len());
+                    match slots.entry(key_of(&obj)) {
+                        Entry::Occupied(slot) => initial[*slot.get()] = Some(obj),
+                        Entry::Vacant(slot) => {
+                            slot.insert(initial.len());
                             initial.push(Some(obj));
                         }
                     }
@@ -604,34 +608,42 @@ where
 
     /// Applies one watch event to the store and moves the version on.
     fn apply(&mut self, event: WatchEvent<K>, unordered_start: bool) {
-        let (version, ordered) = match event {
-            WatchEvent::Added(obj) => {
-                let rv = obj.meta().resource_version.clone();
-                self.store.add(obj);
-                (rv, !unordered_start)
+        // The version is copied into a scratch buffer before the object is handed on, and
+        // swapped in after: no allocation per event, and the store has the object before
+        // the version says so.
+        let ordered = match &event {
+            WatchEvent::Added(_) => !unordered_start,
+            _ => true,
+        };
+        let version = match &event {
+            WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) => {
+                obj.meta().resource_version.as_deref()
             }
-            WatchEvent::Modified(obj) => {
-                let rv = obj.meta().resource_version.clone();
-                self.store.update(obj);
-                (rv, true)
+            WatchEvent::Bookmark {
+                resource_version, ..
+            } => Some(resource_version.as_str()),
+        };
+        let advance = match version.filter(|_| ordered) {
+            Some(version) => {
+                self.scratch_version.clear();
+                self.scratch_version.push_str(version);
+                true
             }
-            WatchEvent::Deleted(obj) => {
-                let rv = obj.meta().resource_version.clone();
-                self.store.delete(obj);
-                (rv, true)
-            }
+            None => false,
+        };
+        match event {
+            WatchEvent::Added(obj) => self.store.add(obj),
+            WatchEvent::Modified(obj) => self.store.update(obj),
+            WatchEvent::Deleted(obj) => self.store.delete(obj),
             WatchEvent::Bookmark {
                 resource_version, ..
             } => {
                 self.store.bookmark(&resource_version);
-                self.trace(Trace::Bookmark {
-                    resource_version: resource_version.clone(),
-                });
-                (Some(resource_version), true)
+                self.trace(Trace::Bookmark { resource_version });
             }
-        };
-        if let Some(rv) = version.filter(|_| ordered) {
-            *self.last_sync.lock() = rv;
+        }
+        if advance {
+            std::mem::swap(&mut *self.last_sync.lock(), &mut self.scratch_version);
         }
     }
 

@@ -125,7 +125,7 @@ impl FrameDecoder {
     pub fn next_frame(&mut self) -> Option<Bytes> {
         loop {
             let chunk = self.chunks.front_mut()?;
-            match memchr(b'\n', chunk) {
+            match memchr::memchr(b'\n', chunk) {
                 Some(i) => {
                     let head = chunk.split_to(i);
                     chunk.advance(1);
@@ -166,10 +166,6 @@ impl FrameDecoder {
                 .filter(|b| !b.is_ascii_whitespace())
                 .count()
     }
-}
-
-fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
-    haystack.iter().position(|&b| b == needle)
 }
 
 /// The events of one watch, decoded as they arrive.
