@@ -7,9 +7,10 @@
 //!   into frames, decoded, fed to the DeltaFIFO, popped into the indexer and handed to a
 //!   handler — what an informer does per event, minus the network.
 
+mod common;
+
 use std::sync::Arc;
 
-use bytes::Bytes;
 use controller_runtime::client::{FrameDecoder, WatchEvent, decode_event};
 use controller_runtime::informer::{
     DeltaFifo, DeltaFifoOptions, DeltaType, IndexFunc, Indexer, namespace_indexers,
@@ -122,25 +123,7 @@ fn indexer(c: &mut Criterion) {
 
 fn end_to_end(c: &mut Criterion) {
     const EVENTS: usize = 100_000;
-    let recorded = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/testdata/watch/configmaps-1200.jsonl"
-    ))
-    .expect("the recorded stream");
-    let frames: Vec<&[u8]> = recorded
-        .split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .collect();
-    let mut body = Vec::new();
-    for frame in frames.iter().cycle().take(EVENTS) {
-        body.extend_from_slice(frame);
-        body.push(b'\n');
-    }
-    let body = Bytes::from(body);
-    let chunks: Vec<Bytes> = (0..body.len())
-        .step_by(16 * 1024)
-        .map(|s| body.slice(s..(s + 16 * 1024).min(body.len())))
-        .collect();
+    let chunks = common::recorded_stream(EVENTS);
 
     let mut group = c.benchmark_group("end_to_end");
     group.sample_size(10);

@@ -4,36 +4,14 @@
 //!
 //! `make bench-decode` runs it and prints events per second.
 
+mod common;
+
 use bytes::Bytes;
 use controller_runtime::client::{FrameDecoder, WatchEvent, decode_event};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::ConfigMap;
 
 const EVENTS: usize = 100_000;
-const CHUNK: usize = 16 * 1024;
-
-/// The recorded stream, repeated to `EVENTS` frames, in body-sized chunks.
-fn stream() -> Vec<Bytes> {
-    let recorded = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/testdata/watch/configmaps-1200.jsonl"
-    ))
-    .expect("the recorded stream");
-    let frames: Vec<&[u8]> = recorded
-        .split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .collect();
-    let mut body = Vec::new();
-    for frame in frames.iter().cycle().take(EVENTS) {
-        body.extend_from_slice(frame);
-        body.push(b'\n');
-    }
-    let body = Bytes::from(body);
-    (0..body.len())
-        .step_by(CHUNK)
-        .map(|start| body.slice(start..(start + CHUNK).min(body.len())))
-        .collect()
-}
 
 fn decode_all(chunks: &[Bytes]) -> usize {
     let mut decoder = FrameDecoder::new();
@@ -51,7 +29,7 @@ fn decode_all(chunks: &[Bytes]) -> usize {
 }
 
 fn watch_decode(c: &mut Criterion) {
-    let chunks = stream();
+    let chunks = common::recorded_stream(EVENTS);
     assert_eq!(decode_all(&chunks), EVENTS);
     let bytes: usize = chunks.iter().map(Bytes::len).sum();
     let mut group = c.benchmark_group("watch_decode");

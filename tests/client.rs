@@ -18,7 +18,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, PodTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
-use support::cluster::{compact_etcd, create_namespace, testenv_dir};
+use support::cluster::{compact_etcd, create_namespace, template, testenv_dir};
 use support::{CONVERGE, unique};
 
 // === fixtures ===
@@ -452,12 +452,10 @@ async fn compacted_versions_are_gone_for_watch_and_exact_list() {
     // PodTemplates are served straight from etcd in testenv (no watch cache), so etcd's
     // compaction is what the client sees.
     let api: Api<PodTemplate> = Api::namespaced(client.clone(), &ns.name);
-    let template: PodTemplate = serde_json::from_value(json!({
-        "metadata": {"name": "t"},
-        "template": {"spec": {"containers": [{"name": "c", "image": "memcached:1.6"}]}}
-    }))
-    .unwrap();
-    let created = api.create(&PostParams::default(), &template).await.unwrap();
+    let created = api
+        .create(&PostParams::default(), &template("t"))
+        .await
+        .unwrap();
     let old = created.metadata.resource_version.unwrap();
     for i in 0..2 {
         api.patch(

@@ -237,14 +237,13 @@ impl Client {
         http.set_connect_timeout(Some(Duration::from_secs(30)));
         http.set_keepalive(Some(Duration::from_secs(30)));
 
-        let tls = tls::client_config(&config).or_else(|e| {
-            // Plain HTTP needs no TLS; an https server does.
-            if scheme == "http" {
-                Ok(rustls_for_plain_http())
-            } else {
-                Err(e)
-            }
-        })?;
+        // The connector wants a TLS configuration even for a plain-HTTP server, which
+        // never uses it; only an https server needs a CA.
+        let tls = if scheme == "https" {
+            tls::client_config(&config)?
+        } else {
+            rustls_for_plain_http()
+        };
         let builder = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http();
@@ -475,7 +474,7 @@ fn retry_after<B>(response: &Response<B>) -> Option<Duration> {
     Some(Duration::from_secs(secs))
 }
 
-/// A TLS configuration for a client that only ever speaks plain HTTP.
+/// A TLS configuration for a client that only ever speaks plain HTTP: never used.
 fn rustls_for_plain_http() -> rustls::ClientConfig {
     rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
