@@ -5,15 +5,16 @@
 //!   index, each moving the object to another label value;
 //! - `end_to_end/apply`: the recorded watch stream of `watch_decode` (100,000 events), cut
 //!   into frames, decoded, fed to the DeltaFIFO, popped into the indexer and handed to a
-//!   handler — what an informer does per event, minus the network.
+//!   handler — what an informer does per event, minus the network; `raw` caches
+//!   `Raw<ConfigMap>`, `typed` caches `ConfigMap`.
 
 mod common;
 
 use std::sync::Arc;
 
-use controller_runtime::client::{FrameDecoder, WatchEvent, decode_event};
+use controller_runtime::client::{FrameDecoder, Raw, WatchEvent, WatchObject, decode_event};
 use controller_runtime::informer::{
-    DeltaFifo, DeltaFifoOptions, DeltaType, IndexFunc, Indexer, namespace_indexers,
+    DeltaFifo, DeltaFifoOptions, DeltaType, IndexFunc, Indexer, Object, namespace_indexers,
 };
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -47,7 +48,7 @@ fn indexers() -> controller_runtime::informer::Indexers<ConfigMap> {
 }
 
 /// Pops everything, applying each delta to the indexer as the informer does.
-fn drain(fifo: &DeltaFifo<ConfigMap>, indexer: &Indexer<ConfigMap>, handled: &mut usize) {
+fn drain<K: Object>(fifo: &DeltaFifo<K>, indexer: &Indexer<K>, handled: &mut usize) {
     while fifo
         .try_pop(|deltas, _| {
             for delta in deltas.iter() {
@@ -128,33 +129,46 @@ fn end_to_end(c: &mut Criterion) {
     let mut group = c.benchmark_group("end_to_end");
     group.sample_size(10);
     group.throughput(Throughput::Elements(EVENTS as u64));
-    group.bench_function("apply_100000_recorded_events", |b| {
+    group.bench_function("apply_100000_recorded_events/raw", |b| {
         b.iter(|| {
-            let indexer = Indexer::new(namespace_indexers());
-            let fifo = DeltaFifo::with_options(DeltaFifoOptions {
-                known_objects: Some(Arc::new(indexer.clone())),
-                ..DeltaFifoOptions::default()
-            });
-            let mut decoder = FrameDecoder::new();
-            let mut handled = 0usize;
-            for chunk in &chunks {
-                decoder.push(chunk.clone());
-                while let Some(frame) = decoder.next_frame() {
-                    match decode_event::<ConfigMap>(&frame, "bench").expect("valid") {
-                        WatchEvent::Added(o) => fifo.add(o),
-                        WatchEvent::Modified(o) => fifo.update(o),
-                        WatchEvent::Deleted(o) => fifo.delete(o),
-                        WatchEvent::Bookmark(_) => {}
-                    }
-                }
-                // The informer pops as events arrive; drain after each chunk.
-                drain(&fifo, &indexer, &mut handled);
-            }
+            let handled = apply::<Raw<ConfigMap>>(&chunks);
             assert!(handled >= EVENTS / 2, "{handled}");
-            std::hint::black_box(indexer.len())
+        })
+    });
+    group.bench_function("apply_100000_recorded_events/typed", |b| {
+        b.iter(|| {
+            let handled = apply::<ConfigMap>(&chunks);
+            assert!(handled >= EVENTS / 2, "{handled}");
         })
     });
     group.finish();
+}
+
+/// Decodes every frame of `chunks` into the FIFO and pops it into an indexer; returns the
+/// deltas handled.
+fn apply<K: WatchObject + Object>(chunks: &[bytes::Bytes]) -> usize {
+    let indexer = Indexer::new(namespace_indexers());
+    let fifo = DeltaFifo::with_options(DeltaFifoOptions {
+        known_objects: Some(Arc::new(indexer.clone())),
+        ..DeltaFifoOptions::default()
+    });
+    let mut decoder = FrameDecoder::new();
+    let mut handled = 0usize;
+    for chunk in chunks {
+        decoder.push(chunk.clone());
+        while let Some(frame) = decoder.next_frame() {
+            match decode_event::<K>(&frame, "bench").expect("valid") {
+                WatchEvent::Added(o) => fifo.add(o),
+                WatchEvent::Modified(o) => fifo.update(o),
+                WatchEvent::Deleted(o) => fifo.delete(o),
+                WatchEvent::Bookmark(_) => {}
+            }
+        }
+        // The informer pops as events arrive; drain after each chunk.
+        drain(&fifo, &indexer, &mut handled);
+    }
+    std::hint::black_box(indexer.len());
+    handled
 }
 
 criterion_group!(benches, deltafifo, indexer, end_to_end);

@@ -44,10 +44,9 @@ use informer::{InformerOptions, Object, ReflectorOptions, SharedIndexInformer};
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use parking_lot::Mutex;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use crate::client::{Api, ApiListerWatcher, ApiResource, Client};
+use crate::client::{Api, ApiListerWatcher, ApiResource, Client, WatchObject};
 
 /// The scope of a kind, as the factory needs it: how to reach its objects.
 ///
@@ -92,12 +91,12 @@ impl InformerScope for ClusterResourceScope {
 /// What a kind needs to be served by the factory: a `k8s_openapi` resource (built-in or
 /// custom) that the client can decode.
 pub trait FactoryResource:
-    k8s_openapi::Resource<Scope: InformerScope> + Object + DeserializeOwned + Serialize
+    k8s_openapi::Resource<Scope: InformerScope> + Object + WatchObject + Serialize
 {
 }
 
 impl<K> FactoryResource for K where
-    K: k8s_openapi::Resource<Scope: InformerScope> + Object + DeserializeOwned + Serialize
+    K: k8s_openapi::Resource<Scope: InformerScope> + Object + WatchObject + Serialize
 {
 }
 

@@ -140,7 +140,7 @@ fn data_of(cm: &ConfigMap, key: &str) -> Option<String> {
 }
 
 /// The next event, bounded so a missing event fails the test instead of hanging it.
-async fn next_event<K: serde::de::DeserializeOwned>(
+async fn next_event<K: controller_runtime::client::WatchObject>(
     stream: &mut WatchStream<K>,
 ) -> Option<Result<WatchEvent<K>, Error>> {
     tokio::time::timeout(CONVERGE, stream.next())

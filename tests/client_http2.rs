@@ -4,7 +4,7 @@
 
 mod support;
 
-use controller_runtime::client::{Api, WatchParams};
+use controller_runtime::client::{Api, ListParams, WatchParams};
 use k8s_openapi::api::core::v1::ConfigMap;
 
 #[tokio::test]
@@ -23,14 +23,16 @@ async fn many_watches_share_one_http2_connection() {
         .unwrap();
     assert_eq!(established_connections_to(port), 1);
 
+    // Watch from the current resourceVersion: without one the server would replay every
+    // ConfigMap into each watch, and ten unread replays of a busy cluster fill the shared
+    // connection's flow-control window, stalling the GET below.
     let api: Api<ConfigMap> = Api::all(client.clone());
+    let now = api.list(&ListParams::default().limit(1)).await.unwrap();
+    let version = now.metadata.resource_version.unwrap();
     let mut watches = Vec::new();
     for _ in 0..10 {
-        watches.push(
-            api.watch(&WatchParams::default().timeout(60))
-                .await
-                .unwrap(),
-        );
+        let params = WatchParams::default().from_version(&version).timeout(60);
+        watches.push(api.watch(&params).await.unwrap());
     }
     client.get_raw("/readyz").await.unwrap();
     assert_eq!(

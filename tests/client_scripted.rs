@@ -8,11 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use controller_runtime::client::{
     Api, Client, ClientOptions, DeleteParams, DeleteResult, Error, ListParams, Patch, PatchParams,
-    PostParams, WatchEvent, WatchParams,
+    PostParams, Raw, WatchEvent, WatchObject, WatchParams,
 };
 use controller_runtime::config::{Auth, Config, Secret};
+use controller_runtime::informer::Object;
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
 
 /// A server that answers each request, over any number of connections, with the next
 /// scripted response, and records every request exactly as received.
@@ -291,9 +294,36 @@ async fn not_found_maps_to_none_with_get_opt() {
     assert_eq!(api.get_opt("zz").await.unwrap(), None);
 }
 
+/// Watches a scripted body, as typed objects and as `Raw` ones, checks the two agree, and
+/// returns the typed events and the error that ended the watch.
 async fn watch_all(body: Vec<u8>, chunk: usize) -> (Vec<WatchEvent<ConfigMap>>, Option<Error>) {
+    let (typed, typed_error) = watch_as::<ConfigMap>(body.clone(), chunk).await;
+    let (raw, raw_error) = watch_as::<Raw<ConfigMap>>(body, chunk).await;
+    assert_eq!(kinds(&raw), kinds(&typed), "chunk {chunk}");
+    for (raw, typed) in raw.iter().zip(&typed) {
+        if let (
+            WatchEvent::Added(r) | WatchEvent::Modified(r) | WatchEvent::Deleted(r),
+            WatchEvent::Added(t) | WatchEvent::Modified(t) | WatchEvent::Deleted(t),
+        ) = (raw, typed)
+        {
+            assert_eq!(&r.decode().unwrap(), t);
+            assert_eq!(r.resource_version(), t.metadata.resource_version.as_deref());
+        }
+    }
+    assert_eq!(
+        raw_error.as_ref().map(std::mem::discriminant),
+        typed_error.as_ref().map(std::mem::discriminant),
+        "raw {raw_error:?}, typed {typed_error:?}"
+    );
+    (typed, typed_error)
+}
+
+async fn watch_as<K>(body: Vec<u8>, chunk: usize) -> (Vec<WatchEvent<K>>, Option<Error>)
+where
+    K: WatchObject + Serialize + k8s_openapi::Resource<Scope = NamespaceResourceScope>,
+{
     let server = Scripted::start(vec![streamed_response(&body, chunk)]);
-    let api: Api<ConfigMap> = Api::namespaced(server.client(), "rec");
+    let api: Api<K> = Api::namespaced(server.client(), "rec");
     let mut stream = api.watch(&WatchParams::default()).await.unwrap();
     let mut events = Vec::new();
     let mut error = None;
@@ -311,15 +341,13 @@ async fn watch_all(body: Vec<u8>, chunk: usize) -> (Vec<WatchEvent<ConfigMap>>, 
     (events, error)
 }
 
-fn kinds(events: &[WatchEvent<ConfigMap>]) -> Vec<String> {
+fn kinds<K: Object>(events: &[WatchEvent<K>]) -> Vec<String> {
     events
         .iter()
         .map(|e| match e {
-            WatchEvent::Added(cm) => format!("ADDED {}", cm.metadata.name.as_deref().unwrap()),
-            WatchEvent::Modified(cm) => {
-                format!("MODIFIED {}", cm.metadata.name.as_deref().unwrap())
-            }
-            WatchEvent::Deleted(cm) => format!("DELETED {}", cm.metadata.name.as_deref().unwrap()),
+            WatchEvent::Added(o) => format!("ADDED {}", o.name()),
+            WatchEvent::Modified(o) => format!("MODIFIED {}", o.name()),
+            WatchEvent::Deleted(o) => format!("DELETED {}", o.name()),
             WatchEvent::Bookmark(b) => format!("BOOKMARK {}", b.metadata.resource_version),
         })
         .collect()
@@ -379,6 +407,13 @@ async fn garbage_frame_ends_the_watch_with_a_decode_error_after_the_good_frames(
             .to_string()
             .contains("the data began: {\"type\":\"ADDED\",\"object\":{\"kind\":\"ConfigMap\" this is not JSON"),
         "{error}"
+    );
+    // The raw path names the byte where the frame stops being JSON.
+    let (_, raw_error) = watch_as::<Raw<ConfigMap>>(testdata("watch/garbage.jsonl"), 64).await;
+    let raw_error = raw_error.expect("a decode error").to_string();
+    assert!(
+        raw_error.contains("expected ',' or '}' in an object at byte 45"),
+        "{raw_error}"
     );
 }
 

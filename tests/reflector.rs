@@ -26,10 +26,9 @@ use support::cluster::{
 struct VersionStore(Arc<Mutex<BTreeMap<String, String>>>);
 
 fn entry<K: controller_runtime::informer::Object>(obj: &K) -> (String, String) {
-    let m = obj.meta();
     (
-        m.name.clone().unwrap_or_default(),
-        m.resource_version.clone().unwrap_or_default(),
+        obj.name().to_owned(),
+        obj.resource_version().unwrap_or_default().to_owned(),
     )
 }
 
@@ -56,7 +55,9 @@ impl<K: controller_runtime::informer::Object> ReflectorStore<K> for VersionStore
 /// Waits until `store` holds exactly what a fresh LIST returns.
 async fn converges<K>(api: &Api<K>, store: &VersionStore, what: &str)
 where
-    K: serde::de::DeserializeOwned + serde::Serialize + controller_runtime::informer::Object,
+    K: controller_runtime::client::WatchObject
+        + serde::Serialize
+        + controller_runtime::informer::Object,
 {
     let begin = tokio::time::Instant::now();
     loop {

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
-use crate::object::{DeletedFinalStateUnknown, Key, Object, meta_key, with_meta_key};
+use crate::object::{DeletedFinalStateUnknown, Key, Object, key_of, with_object_key};
 
 /// How long `process` may run, with more than ten keys waiting, before `pop` warns.
 const SLOW_PROCESS: Duration = Duration::from_millis(100);
@@ -135,7 +135,7 @@ impl<K: Object> DeltaObject<K> {
     /// `DeletionHandlingMetaNamespaceKeyFunc`).
     pub fn key(&self) -> Key {
         match self {
-            DeltaObject::Object(obj) => meta_key(obj.meta()),
+            DeltaObject::Object(obj) => key_of(&**obj),
             DeltaObject::Tombstone(tombstone) => tombstone.key.clone(),
         }
     }
@@ -592,7 +592,7 @@ impl<K: Object> DeltaFifo<K> {
         let mut state = shared.state.lock();
         state.populated = true;
         let known = shared.known_objects.as_deref();
-        let news = with_meta_key(obj.meta(), |key| {
+        let news = with_object_key(&obj, |key| {
             state.items.contains_key(key) || known.is_some_and(|k| k.get_by_key(key).is_some())
         });
         if news {
@@ -936,7 +936,7 @@ impl<K: Object> State<K> {
     ///
     /// One hash lookup when the key is queued already; one key allocation when it is not.
     fn push_object(&mut self, kind: DeltaType, obj: Arc<K>) {
-        let slot = with_meta_key(obj.meta(), |key| {
+        let slot = with_object_key(&*obj, |key| {
             self.items.get_mut(key).ok_or_else(|| Key::from(key))
         });
         let delta = Delta {
@@ -954,7 +954,7 @@ impl<K: Object> State<K> {
 
     /// Like [`push_object`](Self::push_object), and returns the queued key.
     fn push_object_keyed(&mut self, kind: DeltaType, obj: Arc<K>) -> Key {
-        let key = with_meta_key(obj.meta(), |key| match self.items.get_key_value(key) {
+        let key = with_object_key(&*obj, |key| match self.items.get_key_value(key) {
             Some((stored, _)) => stored.clone(),
             None => Key::from(key),
         });

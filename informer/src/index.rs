@@ -115,7 +115,7 @@ impl<K> fmt::Debug for IndexFunc<K> {
 /// The namespace index function (client-go's `MetaNamespaceIndexFunc`): one value, the
 /// object's namespace, which is `""` for a cluster-scoped object.
 pub fn namespace_index_func<K: Object>() -> IndexFunc<K> {
-    IndexFunc::new(|obj: &K, out| out.push(obj.meta().namespace.as_deref().unwrap_or("")))
+    IndexFunc::new(|obj: &K, out| out.push(obj.namespace().unwrap_or("")))
 }
 
 /// Indexers holding only the namespace index, under [`NAMESPACE_INDEX`].

@@ -3,8 +3,9 @@
 //!
 //! # Map
 //!
-//! * [`Object`] — what the cache holds: any type with an `ObjectMeta` (every `k8s-openapi`
-//!   kind through a blanket impl; your own types by a one-line impl). Objects travel as
+//! * [`Object`] — what the cache holds, seen through its name, namespace, resourceVersion and
+//!   labels: every `k8s-openapi` kind through a blanket impl, your own types (or the root
+//!   crate's lazily decoded `Raw<K>`) by a four-method impl. Objects travel as
 //!   `Arc<K>`, shared by the FIFO, the indexer and every handler — never deep-copied.
 //! * [`Key`] — `namespace/name` or `name` ([`meta_key`], [`split_key`]), a shared string.
 //! * [`ListerWatcher`] — lists pages and opens watches of one collection. The root crate
@@ -169,7 +170,9 @@ pub use index::{
 };
 pub use lister::{Lister, NamespaceLister, SelectorError, selector_matches};
 pub use lister_watcher::{EventStream, ListOptions, ListPage, ListerWatcher, WatchOptions};
-pub use object::{DeletedFinalStateUnknown, Key, KeyError, Object, key_of, meta_key, split_key};
+pub use object::{
+    DeletedFinalStateUnknown, Key, KeyError, Object, key_of, meta, meta_key, split_key,
+};
 pub use processor::{MINIMUM_RESYNC_PERIOD, Registration, determine_resync_period};
 pub use reflector::{LastSync, Reflector, ReflectorOptions, ReflectorStore, Trace, WatchEnd};
 pub use shared_informer::{InformerError, InformerOptions, SharedIndexInformer, WatchErrorHandler};

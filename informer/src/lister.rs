@@ -1,6 +1,7 @@
 //! [`Lister`] and [`NamespaceLister`]: read-only queries on an informer's cache — by key, by
 //! namespace, by index, by label selector (client-go's generated listers).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
@@ -57,10 +58,21 @@ pub fn selector_matches(
     selector: &LabelSelector,
     labels: Option<&BTreeMap<String, String>>,
 ) -> Result<bool, SelectorError> {
-    let get = |key: &str| labels.and_then(|l| l.get(key));
+    matches_by(selector, |key| {
+        labels
+            .and_then(|l| l.get(key))
+            .map(|v| Cow::Borrowed(v.as_str()))
+    })
+}
+
+/// [`selector_matches`] over labels looked up one key at a time.
+fn matches_by<'a>(
+    selector: &LabelSelector,
+    get: impl Fn(&str) -> Option<Cow<'a, str>>,
+) -> Result<bool, SelectorError> {
     let mut matched = true;
     for (key, value) in selector.match_labels.iter().flatten() {
-        matched &= get(key) == Some(value);
+        matched &= get(key).as_deref() == Some(value.as_str());
     }
     for req in selector.match_expressions.iter().flatten() {
         let values = req.values.as_deref().unwrap_or_default();
@@ -80,8 +92,8 @@ pub fn selector_matches(
         }
         let value = get(&req.key);
         matched &= match req.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "In" => value.is_some_and(|v| values.iter().any(|x| *x == *v)),
+            "NotIn" => value.is_none_or(|v| !values.iter().any(|x| *x == *v)),
             "Exists" => value.is_some(),
             _ => value.is_none(),
         };
@@ -98,7 +110,7 @@ fn select<K: Object>(
     selector_matches(selector, None)?;
     let mut out = Vec::with_capacity(objects.len());
     for obj in objects {
-        if selector_matches(selector, obj.meta().labels.as_ref())? {
+        if matches_by(selector, |key| obj.label(key))? {
             out.push(obj);
         }
     }
@@ -239,7 +251,7 @@ impl<K: Object> NamespaceLister<K> {
             Ok(objects) => objects,
             Err(_) => {
                 let mut all = self.indexer.list();
-                all.retain(|o| o.meta().namespace.as_deref().unwrap_or("") == self.namespace);
+                all.retain(|o| o.namespace().unwrap_or("") == self.namespace);
                 all
             }
         }

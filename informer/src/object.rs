@@ -1,20 +1,26 @@
 //! The [`Object`] trait, object keys (`namespace/name`) and the deletion tombstone.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-/// Anything the cache can hold: a Kubernetes object with standard metadata.
+/// Anything the cache can hold: a Kubernetes object, seen through the few metadata fields
+/// the cache reads.
+///
+/// The cache needs an object's name and namespace (for its key), its resourceVersion (to tell
+/// a resync from a change) and, for label-selector queries, its labels. Everything else is
+/// read only by your own index functions and handlers, through the concrete type.
 ///
 /// Every `k8s-openapi` type with an [`ObjectMeta`] implements it through a blanket impl, and
 /// so does any type that implements `k8s_openapi::Metadata<Ty = ObjectMeta>` (custom
-/// resources written in the `k8s-openapi` style). A type defined in another crate that does not
-/// implement `k8s_openapi::Metadata` (a dynamic object, a metadata-only object) implements
-/// `Object` directly:
+/// resources written in the `k8s-openapi` style). Other types implement it directly; a type
+/// that keeps an [`ObjectMeta`] can forward to it:
 ///
 /// ```
+/// use std::borrow::Cow;
 /// use informer::Object;
 /// use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 ///
@@ -23,25 +29,64 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 /// }
 ///
 /// impl Object for PartialObjectMetadata {
-///     fn meta(&self) -> &ObjectMeta {
-///         &self.metadata
+///     fn name(&self) -> &str {
+///         informer::meta::name(&self.metadata)
+///     }
+///     fn namespace(&self) -> Option<&str> {
+///         self.metadata.namespace.as_deref()
+///     }
+///     fn resource_version(&self) -> Option<&str> {
+///         self.metadata.resource_version.as_deref()
+///     }
+///     fn label(&self, key: &str) -> Option<Cow<'_, str>> {
+///         informer::meta::label(&self.metadata, key)
 ///     }
 /// }
 /// ```
-///
-/// The cache only reads `metadata.namespace` and `metadata.name` (for the key) and whatever
-/// your index functions read.
 pub trait Object: Send + Sync + 'static {
-    /// The object's metadata.
-    fn meta(&self) -> &ObjectMeta;
+    /// `metadata.name`; empty when unset.
+    fn name(&self) -> &str;
+    /// `metadata.namespace`; `None` or empty for a cluster-scoped object.
+    fn namespace(&self) -> Option<&str>;
+    /// `metadata.resourceVersion`.
+    fn resource_version(&self) -> Option<&str>;
+    /// The value of the label `key`, if the object carries it.
+    fn label(&self, key: &str) -> Option<Cow<'_, str>>;
 }
 
 impl<K> Object for K
 where
     K: k8s_openapi::Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
 {
-    fn meta(&self) -> &ObjectMeta {
-        self.metadata()
+    fn name(&self) -> &str {
+        meta::name(self.metadata())
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.metadata().namespace.as_deref()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata().resource_version.as_deref()
+    }
+    fn label(&self, key: &str) -> Option<Cow<'_, str>> {
+        meta::label(self.metadata(), key)
+    }
+}
+
+/// Helpers for implementing [`Object`] over an [`ObjectMeta`].
+pub mod meta {
+    use std::borrow::Cow;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    /// `metadata.name`, empty when unset.
+    pub fn name(meta: &ObjectMeta) -> &str {
+        meta.name.as_deref().unwrap_or("")
+    }
+
+    /// The value of the label `key`.
+    pub fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<Cow<'a, str>> {
+        let value = meta.labels.as_ref()?.get(key)?;
+        Some(Cow::Borrowed(value.as_str()))
     }
 }
 
@@ -68,12 +113,14 @@ pub type Key = Arc<str>;
 /// assert_eq!(&*informer::meta_key(&meta), "default/web");
 /// ```
 pub fn meta_key(meta: &ObjectMeta) -> Key {
-    with_meta_key(meta, |key| Key::from(key))
+    with_key(meta.namespace.as_deref(), meta::name(meta), |key| {
+        Key::from(key)
+    })
 }
 
 /// The key of `obj`: see [`meta_key`].
 pub fn key_of<K: Object + ?Sized>(obj: &K) -> Key {
-    meta_key(obj.meta())
+    with_object_key(obj, |key| Key::from(key))
 }
 
 /// Splits a key into `(namespace, name)` (client-go's `SplitMetaNamespaceKey`).
@@ -113,14 +160,19 @@ thread_local! {
     static KEY_BUF: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-/// Calls `f` with the key of `meta`, without allocating in the common case.
+/// Calls `f` with the key of `obj`, without allocating in the common case: see [`with_key`].
+pub(crate) fn with_object_key<K: Object + ?Sized, R>(obj: &K, f: impl FnOnce(&str) -> R) -> R {
+    with_key(obj.namespace(), obj.name(), f)
+}
+
+/// Calls `f` with the key made of `namespace` and `name`, without allocating in the common
+/// case.
 ///
 /// A cluster-scoped key borrows the name; a namespaced key is assembled in a per-thread
 /// buffer. If that buffer is already in use (a nested call from inside `f`), the key is
 /// allocated instead.
-pub(crate) fn with_meta_key<R>(meta: &ObjectMeta, f: impl FnOnce(&str) -> R) -> R {
-    let name = meta.name.as_deref().unwrap_or("");
-    let namespace = match meta.namespace.as_deref() {
+pub(crate) fn with_key<R>(namespace: Option<&str>, name: &str, f: impl FnOnce(&str) -> R) -> R {
+    let namespace = match namespace {
         None | Some("") => return f(name),
         Some(namespace) => namespace,
     };
@@ -212,14 +264,17 @@ mod tests {
             ..ConfigMap::default()
         };
         assert_eq!(&*key_of(&cm), "ns/cm");
+        assert_eq!(cm.name(), "cm");
+        assert_eq!(cm.namespace(), Some("ns"));
+        assert_eq!(cm.label("app"), None);
     }
 
     #[test]
     fn nested_key_building_falls_back_to_allocation() {
         let outer = meta(Some("a"), "x");
         let inner = meta(Some("b"), "y");
-        let both = with_meta_key(&outer, |o| {
-            let i = with_meta_key(&inner, str::to_owned);
+        let both = with_key(outer.namespace.as_deref(), "x", |o| {
+            let i = with_key(inner.namespace.as_deref(), "y", str::to_owned);
             format!("{o}+{i}")
         });
         assert_eq!(both, "a/x+b/y");

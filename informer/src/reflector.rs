@@ -617,7 +617,7 @@ where
         };
         let version = match &event {
             WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) => {
-                obj.meta().resource_version.as_deref()
+                obj.resource_version()
             }
             WatchEvent::Bookmark {
                 resource_version, ..

@@ -524,7 +524,7 @@ impl<K: Object> Inner<K> {
                 }
                 (_, DeltaObject::Object(obj)) => match self.indexer.insert(&key, obj.clone()) {
                     Some(old) => {
-                        let sync = old.meta().resource_version == obj.meta().resource_version;
+                        let sync = old.resource_version() == obj.resource_version();
                         state
                             .processor
                             .distribute(Notification::Update { old, new: obj }, sync);

@@ -8,7 +8,7 @@ use parking_lot::RwLock;
 
 use crate::delta_fifo::KnownObjects;
 use crate::index::{IndexError, Indexers, Indices, ValueBuf};
-use crate::object::{Key, Object, with_meta_key};
+use crate::object::{Key, Object, with_object_key};
 
 /// A thread-safe map from [`Key`] to `Arc<K>`, with indices kept current on every write.
 ///
@@ -107,7 +107,7 @@ impl<K: Object> Indexer<K> {
     /// Stores `obj` under its key, replacing any previous object; returns the previous one.
     pub fn update(&self, obj: Arc<K>) -> Option<Arc<K>> {
         let mut state = self.inner.write();
-        let key = with_meta_key(obj.meta(), |k| match state.items.get_key_value(k) {
+        let key = with_object_key(&*obj, |k| match state.items.get_key_value(k) {
             Some((stored, _)) => stored.clone(),
             None => Key::from(k),
         });
@@ -126,7 +126,7 @@ impl<K: Object> Indexer<K> {
     /// Removes the object with `obj`'s key; returns it. Removing an absent key does nothing.
     pub fn delete(&self, obj: &K) -> Option<Arc<K>> {
         let mut state = self.inner.write();
-        with_meta_key(obj.meta(), |k| state.remove(k))
+        with_object_key(obj, |k| state.remove(k))
     }
 
     /// Removes the object stored under `key`; returns it. Removing an absent key does nothing.
@@ -145,7 +145,7 @@ impl<K: Object> Indexer<K> {
         let old = std::mem::take(&mut state.items);
         let mut items = HashMap::with_capacity(old.len());
         for obj in list {
-            let key = with_meta_key(obj.meta(), |k| match old.get_key_value(k) {
+            let key = with_object_key(&*obj, |k| match old.get_key_value(k) {
                 Some((stored, _)) => stored.clone(),
                 None => Key::from(k),
             });
@@ -163,7 +163,7 @@ impl<K: Object> Indexer<K> {
     /// The stored object with `obj`'s key.
     pub fn get(&self, obj: &K) -> Option<Arc<K>> {
         let state = self.inner.read();
-        with_meta_key(obj.meta(), |k| state.items.get(k).cloned())
+        with_object_key(obj, |k| state.items.get(k).cloned())
     }
 
     /// The object stored under `key`.

@@ -1,36 +1,51 @@
 //! A type from another crate implements `informer::Object` itself, next to `k8s-openapi`
 //! types that get it from the blanket impl, and both go through the indexer and the DeltaFIFO.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use informer::{
-    DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, IndexFunc, Indexer, NAMESPACE_INDEX,
-    Object, namespace_indexers,
+    DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, IndexFunc, Indexer, Lister,
+    NAMESPACE_INDEX, Object, namespace_indexers,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
-/// A local type that does not implement `k8s_openapi::Resource` or `Metadata`, like the root
-/// crate's `DynamicObject` and `PartialObjectMetadata`.
+/// A local type that does not implement `k8s_openapi::Resource` or `Metadata` and holds no
+/// `ObjectMeta`, like the root crate's `Raw<K>`: it answers the four questions the cache asks
+/// from its own fields.
 #[derive(Debug)]
 struct Widget {
-    metadata: ObjectMeta,
+    namespace: String,
+    name: String,
+    tier: &'static str,
     size: u32,
 }
 
 impl Object for Widget {
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn namespace(&self) -> Option<&str> {
+        Some(&self.namespace)
+    }
+    fn resource_version(&self) -> Option<&str> {
+        None
+    }
+    fn label(&self, key: &str) -> Option<Cow<'_, str>> {
+        (key == "tier").then_some(Cow::Borrowed(self.tier))
     }
 }
 
 fn widget(ns: &str, name: &str, size: u32) -> Widget {
     Widget {
-        metadata: ObjectMeta {
-            namespace: Some(ns.into()),
-            name: Some(name.into()),
-            ..ObjectMeta::default()
+        namespace: ns.into(),
+        name: name.into(),
+        tier: if size.is_multiple_of(2) {
+            "even"
+        } else {
+            "odd"
         },
         size,
     }
@@ -76,6 +91,14 @@ fn a_downstream_type_goes_through_the_fifo_into_an_indexed_store() {
         [Arc::<str>::from("b/two")]
     );
     assert_eq!(indexer.by_index(NAMESPACE_INDEX, "a").unwrap().len(), 1);
+
+    let selector = LabelSelector {
+        match_labels: Some(BTreeMap::from([("tier".to_owned(), "even".to_owned())])),
+        ..LabelSelector::default()
+    };
+    let even = Lister::new(indexer).select(&selector).unwrap();
+    assert_eq!(even.len(), 1);
+    assert_eq!(even[0].name, "two");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::dynamic::{ApiResource, DynamicObject};
 use super::error::{Error, Result, Status};
 use super::params::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Query, WatchParams};
-use super::watch::WatchStream;
+use super::watch::{WatchObject, WatchStream};
 use super::{Client, Req};
 
 const ACCEPT_METADATA: &str =
@@ -57,11 +57,7 @@ pub struct PartialObjectMetadata {
     pub metadata: ObjectMeta,
 }
 
-impl informer::Object for PartialObjectMetadata {
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-}
+object_via_metadata!(PartialObjectMetadata);
 
 /// What a delete returned.
 #[derive(Clone, Debug, PartialEq)]
@@ -259,7 +255,10 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
     ///
     /// [`Error::Api`] if the server refuses the watch, e.g. 410 for a `resource_version`
     /// that is too old. Errors once the watch runs come from the stream.
-    pub async fn watch(&self, params: &WatchParams) -> Result<WatchStream<K>> {
+    pub async fn watch(&self, params: &WatchParams) -> Result<WatchStream<K>>
+    where
+        K: WatchObject,
+    {
         let mut q = Query::default();
         params.write_query(&mut q);
         let path = format!("{}{}", self.collection_path(), q.as_str());

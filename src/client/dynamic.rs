@@ -79,11 +79,7 @@ pub struct DynamicObject {
     pub data: serde_json::Map<String, serde_json::Value>,
 }
 
-impl informer::Object for DynamicObject {
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-}
+object_via_metadata!(DynamicObject);
 
 // === impl Client: discovery ===
 

@@ -6,9 +6,8 @@ use informer::lister_watcher::{
 };
 use informer::{EventStream, ListOptions, ListPage, ListerWatcher, WatchOptions};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
-use super::{Api, Error, ListParams, WatchEvent, WatchParams, WatchStream};
+use super::{Api, Error, ListParams, WatchEvent, WatchObject, WatchParams, WatchStream};
 
 /// Lists and watches the objects an [`Api`] serves, optionally narrowed by selectors, for a
 /// reflector.
@@ -44,7 +43,7 @@ impl<K> ApiListerWatcher<K> {
 
 impl<K> ListerWatcher<K> for ApiListerWatcher<K>
 where
-    K: DeserializeOwned + Serialize + Send + Sync + 'static,
+    K: WatchObject + Serialize + Send + Sync + 'static,
 {
     type Stream = ApiEventStream<K>;
 
@@ -84,7 +83,7 @@ where
 #[derive(Debug)]
 pub struct ApiEventStream<K>(WatchStream<K>);
 
-impl<K: DeserializeOwned + Send> EventStream<K> for ApiEventStream<K> {
+impl<K: WatchObject + Send> EventStream<K> for ApiEventStream<K> {
     async fn next(&mut self) -> Option<LwResult<LwEvent<K>>> {
         Some(match self.0.next().await? {
             Ok(WatchEvent::Added(k)) => Ok(LwEvent::Added(k)),

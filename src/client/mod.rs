@@ -29,12 +29,37 @@
 //! # }
 //! ```
 
+/// Implements `informer::Object` (and [`WatchObject`]) for a type with a `metadata:
+/// ObjectMeta` field.
+macro_rules! object_via_metadata {
+    ($ty:ty) => {
+        impl informer::Object for $ty {
+            fn name(&self) -> &str {
+                informer::meta::name(&self.metadata)
+            }
+            fn namespace(&self) -> Option<&str> {
+                self.metadata.namespace.as_deref()
+            }
+            fn resource_version(&self) -> Option<&str> {
+                self.metadata.resource_version.as_deref()
+            }
+            fn label(&self, key: &str) -> Option<std::borrow::Cow<'_, str>> {
+                informer::meta::label(&self.metadata, key)
+            }
+        }
+
+        impl $crate::client::WatchObject for $ty {}
+    };
+}
+
 mod api;
 mod dynamic;
 mod error;
 mod lister_watcher;
 mod params;
 mod rate_limit;
+mod raw;
+mod scan;
 mod tls;
 mod watch;
 
@@ -60,8 +85,10 @@ pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,
 };
+pub use raw::Raw;
 pub use watch::{
-    Bookmark, BookmarkMeta, FrameDecoder, INITIAL_EVENTS_END, WatchEvent, WatchStream, decode_event,
+    Bookmark, BookmarkMeta, FrameDecoder, INITIAL_EVENTS_END, WatchEvent, WatchObject, WatchStream,
+    decode_event,
 };
 
 use crate::config::{Config, Credentials};
@@ -435,10 +462,7 @@ impl Client {
         })
     }
 
-    pub(crate) async fn request_watch<K: DeserializeOwned>(
-        &self,
-        req: Req,
-    ) -> Result<WatchStream<K>> {
+    pub(crate) async fn request_watch<K: WatchObject>(&self, req: Req) -> Result<WatchStream<K>> {
         let response = self.send(&req).await?;
         let status = response.status();
         let url = format!("{}{}", self.inner.base, req.path);

@@ -16,10 +16,13 @@ use std::marker::PhantomData;
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, Error as _};
 
 use super::error::{Error, Result, Status, snippet};
+use super::raw::Raw;
+use super::scan;
 
 /// The annotation on the bookmark that ends a WatchList's initial events.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
@@ -83,7 +86,55 @@ enum Frame<K> {
 ///
 /// [`Error::Decode`] if the frame is not a watch event of `K`; `what` names the watch in
 /// the message.
-pub fn decode_event<K: DeserializeOwned>(frame: &[u8], what: &str) -> Result<WatchEvent<K>> {
+pub fn decode_event<K: WatchObject>(frame: &[u8], what: &str) -> Result<WatchEvent<K>> {
+    K::decode_frame(frame, what)
+}
+
+/// A type a watch can decode its events into: every `k8s-openapi` kind and custom resource
+/// in the `k8s-openapi` style, [`DynamicObject`](super::DynamicObject),
+/// [`PartialObjectMetadata`](super::PartialObjectMetadata), and [`Raw`].
+///
+/// The provided [`decode_frame`](Self::decode_frame) builds the object with serde; [`Raw`]
+/// replaces it with one validating scan of the frame, the fast path informers use.
+pub trait WatchObject: DeserializeOwned {
+    /// Decodes one frame into an event: see [`decode_event`].
+    ///
+    /// # Errors
+    ///
+    /// As [`decode_event`].
+    fn decode_frame(frame: &[u8], what: &str) -> Result<WatchEvent<Self>> {
+        decode_with_serde(frame, what)
+    }
+}
+
+impl<K> WatchObject for K where K: k8s_openapi::Metadata<Ty = ObjectMeta> + DeserializeOwned {}
+
+impl<K> WatchObject for Raw<K> {
+    fn decode_frame(frame: &[u8], what: &str) -> Result<WatchEvent<Self>> {
+        let fail = |source: serde_json::Error| Error::Decode {
+            what: format!("a watch frame from {what}"),
+            source,
+            snippet: snippet(frame, 200),
+        };
+        let text = std::str::from_utf8(frame).map_err(|e| fail(serde_json::Error::custom(e)))?;
+        let fields = scan::scan_frame(text).map_err(|e| fail(serde_json::Error::custom(e)))?;
+        let event_type = fields.event_type.as_ref().map(|t| &text[t.range.clone()]);
+        let wrap = match event_type {
+            Some("ADDED") => WatchEvent::Added,
+            Some("MODIFIED") => WatchEvent::Modified,
+            Some("DELETED") => WatchEvent::Deleted,
+            // Bookmarks, errors and anything unexpected: rare, and serde says it best.
+            _ => return decode_with_serde(frame, what),
+        };
+        let Some(object) = &fields.object else {
+            return decode_with_serde(frame, what);
+        };
+        Ok(wrap(Raw::from_fields(text, object).map_err(fail)?))
+    }
+}
+
+/// [`decode_event`] through serde.
+fn decode_with_serde<K: DeserializeOwned>(frame: &[u8], what: &str) -> Result<WatchEvent<K>> {
     match serde_json::from_slice::<Frame<K>>(frame) {
         Ok(Frame::Added(k)) => Ok(WatchEvent::Added(k)),
         Ok(Frame::Modified(k)) => Ok(WatchEvent::Modified(k)),
@@ -189,7 +240,7 @@ impl<K> std::fmt::Debug for WatchStream<K> {
     }
 }
 
-impl<K: DeserializeOwned> WatchStream<K> {
+impl<K: WatchObject> WatchStream<K> {
     pub(crate) fn new(body: Incoming, url: String) -> Self {
         WatchStream {
             body: Some(body),

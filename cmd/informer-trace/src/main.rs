@@ -74,11 +74,7 @@ impl Printer {
 }
 
 fn describe(obj: &DynamicObject) -> String {
-    format!(
-        "{}@{}",
-        key_of(obj),
-        obj.meta().resource_version.as_deref().unwrap_or("?")
-    )
+    format!("{}@{}", key_of(obj), obj.resource_version().unwrap_or("?"))
 }
 
 /// The DeltaFIFO, with a line for everything the reflector writes into it.
@@ -245,7 +241,7 @@ fn apply(
             Some(o) => format!(
                 "{}@{}",
                 d.kind.as_str(),
-                o.meta().resource_version.as_deref().unwrap_or("?")
+                o.resource_version().unwrap_or("?")
             ),
             None => format!("{}(tombstone)", d.kind.as_str()),
         })
@@ -260,7 +256,7 @@ fn apply(
             (_, Some(obj)) => {
                 let old = indexer.insert(&key, obj.clone());
                 effect = match old {
-                    Some(old) if old.meta().resource_version == obj.meta().resource_version => {
+                    Some(old) if old.resource_version() == obj.resource_version() => {
                         "resync (same rv)".into()
                     }
                     Some(_) => "update".into(),

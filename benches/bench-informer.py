@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Head-to-head of our informer against client-go's, in one run: `make bench-informer`.
+
+Builds `informer-bench` (cmd/informer-bench) and the Go peer
+(benches/clientgo/cmd/informer-peer), makes sure the real local cluster is up (`make
+cluster`, which leaves a running cluster alone), seeds it (`informer-bench seed`: namespace
+`bench-informer`, 10,000 ConfigMaps, 1,000 Running Pods; whatever exists is kept), then runs
+the two programs alternately for several rounds (ours first in odd rounds, client-go first in
+even ones, so drift in the machine's load hits both alike), takes the median of every figure
+over the rounds, and prints a table. The last line is exactly
+
+    informer sync ours/client-go: X.XX, bytes per object ours/client-go: Y.YY
+
+where X is our median initial-sync time of the ConfigMaps informer divided by client-go's
+(lower is better), and Y the largest ours/client-go ratio of median bytes per cached object
+over the four cases (ConfigMaps and Pods, managedFields kept and stripped).
+
+Ours runs twice per round: caching `Raw<K>` (the JSON as sent, decoded on demand; the
+representation the last line reports) and caching k8s-openapi's typed structs, shown beside
+it for comparison.
+
+Every JSON line of every round is kept in target/bench-informer/rounds.jsonl.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT_DIR = os.path.join(ROOT, "target", "bench-informer")
+OURS = os.path.join(ROOT, "target", "release", "informer-bench")
+THEIRS = os.path.join(OUT_DIR, "informer-peer")
+KUBECONFIG = os.path.join(ROOT, "target", "testenv", "kubeconfig")
+SYNC = "informer/configmaps"
+LIST = "list/configmaps"
+MEMORY = [
+    ("informer/configmaps", "ConfigMaps, managedFields kept"),
+    ("informer/configmaps/strip", "ConfigMaps, managedFields stripped"),
+    ("informer/pods", "Pods, managedFields kept"),
+    ("informer/pods/strip", "Pods, managedFields stripped"),
+]
+# Targets: our sync within this factor of our own paged LIST + decode, and no slower than
+# client-go's informer.
+SYNC_OVER_LIST_TARGET = 1.2
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def build():
+    log("bench-informer: building informer-bench (release) and the client-go peer")
+    subprocess.run(
+        ["cargo", "build", "--release", "--quiet", "-p", "informer-bench"], cwd=ROOT, check=True
+    )
+    os.makedirs(OUT_DIR, exist_ok=True)
+    subprocess.run(
+        ["go", "build", "-trimpath", "-o", THEIRS, "./cmd/informer-peer"],
+        cwd=os.path.join(ROOT, "benches", "clientgo"),
+        check=True,
+    )
+
+
+def ensure_cluster():
+    log("bench-informer: making sure the local cluster runs (make cluster)")
+    subprocess.run(["make", "--no-print-directory", "cluster"], cwd=ROOT, check=True,
+                   stdout=sys.stderr)
+
+
+def seed(opts):
+    log("bench-informer: seeding (existing objects are kept)")
+    subprocess.run(
+        [OURS, "--kubeconfig", opts.kubeconfig, "--namespace", opts.namespace, "seed",
+         "--configmaps", str(opts.configmaps), "--pods", str(opts.pods)],
+        check=True,
+    )
+
+
+def run(name, opts):
+    """One round of one program: its JSON lines (progress goes straight to our stderr)."""
+    if name.startswith("ours"):
+        repr_ = name.split("/")[1]
+        cmd = [OURS, "--kubeconfig", opts.kubeconfig, "--namespace", opts.namespace, "run",
+               "--repr", repr_]
+        if opts.only:
+            cmd += ["--only", opts.only]
+    else:
+        cmd = [THEIRS, "-kubeconfig", opts.kubeconfig, "-namespace", opts.namespace]
+        if opts.only:
+            cmd += ["-only", opts.only]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def fmt_ms(secs):
+    return "—" if secs is None else f"{secs * 1e3:.0f} ms"
+
+
+def fmt_ratio(a, b):
+    return "—" if a is None or not b else f"{a / b:.2f}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of each program (default 7)")
+    parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    parser.add_argument("--no-seed", action="store_true", help="skip the cluster check and seeding")
+    parser.add_argument("--kubeconfig", default=KUBECONFIG, help="default: the local cluster's")
+    parser.add_argument("--namespace", default="bench-informer")
+    parser.add_argument("--configmaps", type=int, default=10_000, help="ConfigMaps to seed")
+    parser.add_argument("--pods", type=int, default=1_000, help="Pods to seed")
+    parser.add_argument("--only", help="run only the workloads whose name contains this text")
+    opts = parser.parse_args()
+    if opts.rounds < 1:
+        parser.error("--rounds must be at least 1")
+
+    if not opts.no_build:
+        build()
+    if not opts.no_seed:
+        if opts.kubeconfig == KUBECONFIG:
+            ensure_cluster()
+        seed(opts)
+    os.makedirs(OUT_DIR, exist_ok=True)
+
+    # (impl, workload) -> field -> [value per round]
+    results = defaultdict(lambda: defaultdict(list))
+    # (impl, workload) -> round -> record
+    by_round = defaultdict(dict)
+    with open(os.path.join(OUT_DIR, "rounds.jsonl"), "w") as raw:
+        for rnd in range(1, opts.rounds + 1):
+            order = ["ours/raw", "ours/typed", "client-go"]
+            if rnd % 2 == 0:
+                order.reverse()
+            for name in order:
+                log(f"bench-informer: round {rnd}/{opts.rounds}: {name}")
+                for rec in run(name, opts):
+                    rec["round"] = rnd
+                    if rec["impl"] == "ours":
+                        rec["impl"] = f"ours/{rec['repr']}"
+                    raw.write(json.dumps(rec) + "\n")
+                    raw.flush()
+                    by_round[(rec["impl"], rec["workload"])][rnd] = rec
+                    for field, value in rec.items():
+                        if isinstance(value, (int, float)) and field != "round":
+                            results[(rec["impl"], rec["workload"])][field].append(value)
+
+    def get(impl, workload, field):
+        return median(results[(impl, workload)][field])
+
+    def spread(workload, field, ours_impl="ours/raw", theirs_impl="client-go", theirs_workload=None):
+        """The range of the per-round ratios, e.g. `0.90–1.40`."""
+        ours = by_round[(ours_impl, workload)]
+        theirs = by_round[(theirs_impl, theirs_workload or workload)]
+        ratios = [
+            ours[r][field] / theirs[r][field]
+            for r in ours
+            if r in theirs and theirs[r].get(field)
+        ]
+        return f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "—"
+
+    objects = get("ours/raw", SYNC, "objects")
+    pods = get("ours/raw", "informer/pods", "objects")
+    print(
+        f"Informer: ours vs client-go, medians of {opts.rounds} alternating rounds "
+        f"({objects or 0:,.0f} ConfigMaps, {pods or 0:,.0f} Pods in namespace {opts.namespace})"
+    )
+    print()
+    header = f"{'':<40} {'ours':>10} {'client-go':>10} {'ours/client-go':>15} {'(per round)':>12}"
+    print(header)
+    print("-" * len(header))
+
+    sync_ours, sync_theirs = get("ours/raw", SYNC, "secs"), get("client-go", SYNC, "secs")
+    list_ours, list_theirs = get("ours/raw", LIST, "secs"), get("client-go", LIST, "secs")
+    print(
+        f"{'initial sync, ConfigMaps informer':<40} {fmt_ms(sync_ours):>10} "
+        f"{fmt_ms(sync_theirs):>10} {fmt_ratio(sync_ours, sync_theirs):>15} "
+        f"{spread(SYNC, 'secs'):>12}"
+    )
+    print(
+        f"{'paged LIST (500) + decode, ConfigMaps':<40} {fmt_ms(list_ours):>10} "
+        f"{fmt_ms(list_theirs):>10} {fmt_ratio(list_ours, list_theirs):>15} "
+        f"{spread(LIST, 'secs'):>12}"
+    )
+    print(
+        f"{'sync ÷ own paged LIST':<40} {fmt_ratio(sync_ours, list_ours):>10} "
+        f"{fmt_ratio(sync_theirs, list_theirs):>10} {'':>15} "
+        f"{spread(SYNC, 'secs', 'ours/raw', 'ours/raw', LIST):>12}"
+    )
+    print()
+    print(f"{'bytes per cached object (lower is better)':<40} {'ours':>10} {'client-go':>10} "
+          f"{'ours/client-go':>15} {'(per round)':>12}")
+    memory_ratios = []
+    for workload, label in MEMORY:
+        ours, theirs = get("ours/raw", workload, "bytes_per_object"), get(
+            "client-go", workload, "bytes_per_object"
+        )
+        if ours is None or theirs is None:
+            continue
+        memory_ratios.append(ours / theirs)
+        print(
+            f"{label:<40} {ours:>10,.0f} {theirs:>10,.0f} {fmt_ratio(ours, theirs):>15} "
+            f"{spread(workload, 'bytes_per_object'):>12}"
+        )
+    for workload, label in MEMORY[2:3]:
+        ours, theirs = get("ours/raw", workload, "secs"), get("client-go", workload, "secs")
+        if ours is not None and theirs is not None:
+            print()
+            print(
+                f"{'initial sync, Pods informer':<40} {fmt_ms(ours):>10} {fmt_ms(theirs):>10} "
+                f"{fmt_ratio(ours, theirs):>15} {spread(workload, 'secs'):>12}"
+            )
+
+    print()
+    print("ours caching typed k8s-openapi objects instead of Raw<K>, for comparison:")
+    typed_rows = [("initial sync, ConfigMaps informer", SYNC, "secs", fmt_ms),
+                  ("paged LIST (500) + decode, ConfigMaps", LIST, "secs", fmt_ms)]
+    typed_rows += [(label, w, "bytes_per_object", lambda v: f"{v:,.0f}") for w, label in MEMORY]
+    for label, workload, field, fmt in typed_rows:
+        typed, theirs = get("ours/typed", workload, field), get("client-go", workload, field)
+        if typed is None or theirs is None:
+            continue
+        print(
+            f"{label:<40} {fmt(typed):>10} {fmt(theirs):>10} {fmt_ratio(typed, theirs):>15} "
+            f"{spread(workload, field, 'ours/typed'):>12}"
+        )
+
+    print()
+    if sync_ours is not None and list_ours:
+        met = sync_ours / list_ours <= SYNC_OVER_LIST_TARGET
+        print(
+            f"target: our sync ≤ {SYNC_OVER_LIST_TARGET}× our paged LIST + decode: "
+            f"{sync_ours / list_ours:.2f}× — {'met' if met else 'NOT met'}"
+        )
+    if sync_ours is not None and sync_theirs:
+        met = sync_ours <= sync_theirs
+        print(
+            f"target: our sync no slower than client-go's: {sync_ours / sync_theirs:.2f}× — "
+            f"{'met' if met else 'NOT met'}"
+        )
+    print()
+    sync_ratio = fmt_ratio(sync_ours, sync_theirs)
+    mem_ratio = f"{max(memory_ratios):.2f}" if memory_ratios else "n/a"
+    sync_ratio = "n/a" if sync_ratio == "—" else sync_ratio
+    print(f"informer sync ours/client-go: {sync_ratio}, bytes per object ours/client-go: {mem_ratio}")
+    return 0 if memory_ratios and sync_ratio != "n/a" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+//! `informer-bench` measures our informer on the workloads that
+//! `benches/clientgo/cmd/informer-peer/` runs on client-go's, so that `make bench-informer`
+//! can compare the two against the same cluster in one run.
+//!
+//! # Map
+//!
+//! * [`seed`] — makes the namespace, 10,000 small ConfigMaps and 1,000 Pods, concurrently and
+//!   idempotently.
+//! * [`paged_list`] — the floor: a paged LIST (limit 500, following `continue`) decoded into
+//!   typed objects, no informer.
+//! * [`informer_sync`] — a fresh informer from start to synced, and the heap it then holds,
+//!   with or without `managedFields` stripped by its transform.
+//! * [`BenchObject`] — what both measurements are generic over: a representation of a
+//!   namespaced kind. `main.rs` picks the type in one `match`; a second representation of
+//!   ConfigMaps is one more arm.
+//! * [`ChunkCountingAlloc`] — the global allocator that counts live bytes as glibc's malloc
+//!   chunks ([`chunk_size`]), comparable with Go's `HeapAlloc`.
+//!
+//! ```text
+//!  main.rs ── seed ──▶ seed() ──▶ creates ──▶ kube-apiserver
+//!          └─ run ──▶ warm-up LIST ─▶ paged_list::<K> / informer_sync::<K> ─▶ outcome
+//!                                          │                                    ├─ JSON line ─▶ stdout
+//!                                          └── ChunkCountingAlloc::live_bytes   └─ progress ──▶ stderr
+//! ```
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use controller_runtime::client::{Api, Client};
+//! use informer_bench::{SyncParams, informer_sync, paged_list};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! static ALLOC: informer_bench::ChunkCountingAlloc = informer_bench::ChunkCountingAlloc::new();
+//!
+//! # async fn run() -> controller_runtime::client::Result<()> {
+//! let client = Client::try_default().await?;
+//! let list = paged_list(&Api::<ConfigMap>::namespaced(client.clone(), "bench-informer"), 500).await?;
+//! let params = SyncParams {
+//!     namespace: "bench-informer".into(),
+//!     strip_managed_fields: false,
+//!     settle: Duration::from_millis(200),
+//!     timeout: Duration::from_secs(120),
+//! };
+//! let sync = informer_sync::<ConfigMap>(&client, &params, || ALLOC.live_bytes()).await?;
+//! println!("LIST {:?}, sync {:?}, {:.0} B/object", list.elapsed, sync.elapsed, sync.bytes_per_object());
+//! # Ok(())
+//! # }
+//! ```
+
+mod alloc;
+mod measure;
+mod seed;
+
+pub use alloc::{ChunkCountingAlloc, chunk_size};
+pub use measure::{BenchObject, ListOutcome, SyncOutcome, SyncParams, informer_sync, paged_list};
+pub use seed::{LABEL, SeedParams, configmap, configmap_name, pod, pod_name, seed};

@@ -1,0 +1,752 @@
+//! A validating JSON scanner that finds the handful of fields a cache needs without building
+//! anything.
+//!
+//! [`scan_object`] and [`scan_frame`] walk the bytes of a Kubernetes object (or a watch frame
+//! holding one) exactly once. They check the whole input is well-formed JSON, by the grammar
+//! of RFC 8259, accepting exactly what `serde_json` accepts (paired surrogates only, no more
+//! than [`MAX_DEPTH`] levels) except numbers too large for an `f64`, which the grammar allows
+//! and a typed decode reports. They record where `metadata.name`,
+//! `metadata.namespace`, `metadata.resourceVersion`, `metadata.uid` and `metadata.labels`
+//! lie. Nothing is allocated unless one of those strings carries an escape.
+//!
+//! # Implementation Details
+//!
+//! Most of a Kubernetes object's bytes sit inside strings (annotations, managed fields, data),
+//! so the string scan is the hot loop: it tests eight bytes at a time for `"`, `\` and control
+//! characters with word-wide bit tricks, and only steps byte by byte around escapes. UTF-8 is
+//! checked once for the whole input up front, so the scanner itself only looks at ASCII.
+//! Nesting is limited to [`MAX_DEPTH`] levels, as in `serde_json`.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::Range;
+
+/// The deepest nesting of arrays and objects accepted; `serde_json` refuses one level more.
+pub(crate) const MAX_DEPTH: usize = 127;
+
+/// Why input is not well-formed JSON, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ScanError {
+    /// Byte offset of the fault.
+    pub offset: usize,
+    /// What was wrong there.
+    pub reason: &'static str,
+}
+
+impl fmt::Display for ScanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at byte {}", self.reason, self.offset)
+    }
+}
+
+impl std::error::Error for ScanError {}
+
+type Scan<T> = Result<T, ScanError>;
+
+/// A JSON string found in the input: where its contents lie (between the quotes), and
+/// whether they hold escapes that need decoding.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StrSpan {
+    /// The contents, without the quotes.
+    pub range: Range<usize>,
+    /// Whether the contents contain a backslash escape.
+    pub escaped: bool,
+}
+
+impl StrSpan {
+    /// The string's value: borrowed when it holds no escapes.
+    pub fn value<'a>(&self, input: &'a str) -> Cow<'a, str> {
+        let raw = &input[self.range.clone()];
+        if self.escaped {
+            Cow::Owned(unescape(raw))
+        } else {
+            Cow::Borrowed(raw)
+        }
+    }
+}
+
+/// Where an object's key fields lie.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ObjectFields {
+    /// The whole object, braces included.
+    pub object: Range<usize>,
+    /// `metadata.name`.
+    pub name: Option<StrSpan>,
+    /// `metadata.namespace`.
+    pub namespace: Option<StrSpan>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<StrSpan>,
+    /// `metadata.uid`.
+    pub uid: Option<StrSpan>,
+    /// `metadata.labels`, braces included, when it is an object.
+    pub labels: Option<Range<usize>>,
+    /// The `"managedFields": [...]` member of `metadata`, from its key's opening quote to the
+    /// end of its value.
+    pub managed_fields: Option<Range<usize>>,
+}
+
+/// Where a watch frame's parts lie.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FrameFields {
+    /// The event's `type`.
+    pub event_type: Option<StrSpan>,
+    /// The event's `object`, when it is a JSON object.
+    pub object: Option<ObjectFields>,
+}
+
+/// Scans one JSON object (a whole input, surrounding whitespace allowed).
+pub(crate) fn scan_object(input: &str) -> Scan<ObjectFields> {
+    let mut s = Scanner::new(input.as_bytes());
+    s.skip_ws();
+    let fields = s.object_fields()?;
+    s.finish()?;
+    Ok(fields)
+}
+
+/// Scans one watch frame: `{"type": "...", "object": {...}}`, with its keys in any order.
+pub(crate) fn scan_frame(input: &str) -> Scan<FrameFields> {
+    let mut s = Scanner::new(input.as_bytes());
+    let mut frame = FrameFields::default();
+    s.skip_ws();
+    s.members(0, |s, key| {
+        match key {
+            b"type" => frame.event_type = Some(s.string_value()?),
+            b"object" if s.peek() == Some(b'{') => frame.object = Some(s.object_fields()?),
+            _ => s.value(1)?,
+        }
+        Ok(())
+    })?;
+    s.finish()?;
+    Ok(frame)
+}
+
+/// Checks that `input` is exactly one well-formed JSON value.
+#[cfg(test)]
+pub(crate) fn validate(input: &str) -> Scan<()> {
+    let mut s = Scanner::new(input.as_bytes());
+    s.skip_ws();
+    s.value(0)?;
+    s.finish()
+}
+
+/// Looks up `key` in a JSON object of strings (a `labels` or `annotations` map) and returns
+/// its value. The input must already have been scanned; values that are not strings are
+/// skipped.
+pub(crate) fn lookup<'a>(map: &'a str, key: &str) -> Option<Cow<'a, str>> {
+    let mut found = None;
+    let mut s = Scanner::new(map.as_bytes());
+    s.skip_ws();
+    let _ = s.members(0, |s, k| {
+        if s.peek() != Some(b'"') {
+            return s.value(1);
+        }
+        let value = s.string_value()?;
+        if key_matches(k, key) {
+            found = Some(value.value(map));
+        }
+        Ok(())
+    });
+    found
+}
+
+/// Whether the raw (possibly escaped) key `raw` decodes to `key`.
+fn key_matches(raw: &[u8], key: &str) -> bool {
+    if raw.contains(&b'\\') {
+        // The scanner checked the escapes; the raw key is valid UTF-8 from valid input.
+        std::str::from_utf8(raw).is_ok_and(|raw| unescape(raw) == key)
+    } else {
+        raw == key.as_bytes()
+    }
+}
+
+struct Scanner<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// A bit set in the high bit of each byte of `w` that is `"`, `\` or below 0x20. Bits above
+/// the lowest set one may be spurious; the lowest is exact.
+#[inline]
+fn special_bytes(w: u64) -> u64 {
+    let quote = w ^ (ONES * u64::from(b'"'));
+    let backslash = w ^ (ONES * u64::from(b'\\'));
+    let zero_quote = quote.wrapping_sub(ONES) & !quote;
+    let zero_backslash = backslash.wrapping_sub(ONES) & !backslash;
+    let control = w.wrapping_sub(ONES * 0x20) & !w;
+    (zero_quote | zero_backslash | control) & HIGHS
+}
+
+impl<'a> Scanner<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Scanner { bytes, pos: 0 }
+    }
+
+    fn err<T>(&self, reason: &'static str) -> Scan<T> {
+        Err(ScanError {
+            offset: self.pos,
+            reason,
+        })
+    }
+
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    #[inline]
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    /// Only whitespace may follow the value.
+    fn finish(&mut self) -> Scan<()> {
+        self.skip_ws();
+        if self.pos != self.bytes.len() {
+            return self.err("trailing characters after the JSON value");
+        }
+        Ok(())
+    }
+
+    fn expect(&mut self, byte: u8, reason: &'static str) -> Scan<()> {
+        self.skip_ws();
+        if self.peek() != Some(byte) {
+            return self.err(reason);
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// Skips one value, checking it; `depth` is the nesting of the value's container.
+    ///
+    /// Iterative rather than recursive: the open containers are bits of a `u128` (set for an
+    /// array), which [`MAX_DEPTH`] keeps in range.
+    fn value(&mut self, depth: usize) -> Scan<()> {
+        let mut arrays: u128 = 0;
+        let mut open = 0usize;
+        'value: loop {
+            self.skip_ws();
+            match self.peek() {
+                Some(b @ (b'{' | b'[')) => {
+                    if depth + open >= MAX_DEPTH {
+                        return self.err("nesting too deep");
+                    }
+                    self.pos += 1;
+                    self.skip_ws();
+                    let array = b == b'[';
+                    if self.peek() == Some(if array { b']' } else { b'}' }) {
+                        self.pos += 1;
+                    } else {
+                        arrays = (arrays << 1) | u128::from(array);
+                        open += 1;
+                        if !array {
+                            self.key()?;
+                        }
+                        continue 'value;
+                    }
+                }
+                Some(b'"') => {
+                    self.string()?;
+                }
+                Some(b't') => self.literal(b"true")?,
+                Some(b'f') => self.literal(b"false")?,
+                Some(b'n') => self.literal(b"null")?,
+                Some(b'-' | b'0'..=b'9') => self.number()?,
+                Some(_) => return self.err("expected a JSON value"),
+                None => return self.err("unexpected end of input, expected a value"),
+            }
+            // After a value: close containers until one continues with another member.
+            loop {
+                if open == 0 {
+                    return Ok(());
+                }
+                let array = arrays & 1 == 1;
+                self.skip_ws();
+                match (self.peek(), array) {
+                    (Some(b','), _) => {
+                        self.pos += 1;
+                        if !array {
+                            self.skip_ws();
+                            self.key()?;
+                        }
+                        continue 'value;
+                    }
+                    (Some(b']'), true) | (Some(b'}'), false) => {
+                        self.pos += 1;
+                        arrays >>= 1;
+                        open -= 1;
+                    }
+                    (Some(_), true) => return self.err("expected ',' or ']' in an array"),
+                    (Some(_), false) => return self.err("expected ',' or '}' in an object"),
+                    (None, true) => return self.err("unexpected end of input in an array"),
+                    (None, false) => return self.err("unexpected end of input in an object"),
+                }
+            }
+        }
+    }
+
+    /// An object key and its colon, the cursor on the key's opening quote (after whitespace).
+    fn key(&mut self) -> Scan<&'a [u8]> {
+        if self.peek() != Some(b'"') {
+            return self.err("expected a string key");
+        }
+        let key = self.string()?;
+        self.expect(b':', "expected ':' after an object key")?;
+        Ok(&self.bytes[key.range])
+    }
+
+    /// Walks an object at the cursor, calling `member` with each key, the cursor placed
+    /// right after the key's colon; `member` must consume the value.
+    fn members(
+        &mut self,
+        depth: usize,
+        mut member: impl FnMut(&mut Self, &'a [u8]) -> Scan<()>,
+    ) -> Scan<()> {
+        if depth >= MAX_DEPTH {
+            return self.err("nesting too deep");
+        }
+        self.expect(b'{', "expected '{'")?;
+        self.skip_ws();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            return Ok(());
+        }
+        loop {
+            self.skip_ws();
+            let key = self.key()?;
+            self.skip_ws();
+            member(self, key)?;
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                Some(_) => return self.err("expected ',' or '}' in an object"),
+                None => return self.err("unexpected end of input in an object"),
+            }
+        }
+    }
+
+    /// A string value at the cursor, or an error naming what was there instead.
+    fn string_value(&mut self) -> Scan<StrSpan> {
+        if self.peek() != Some(b'"') {
+            // Report the value's own fault if it is not even JSON.
+            self.value(1)?;
+            return self.err("expected a string");
+        }
+        self.string()
+    }
+
+    /// Skips a string at the cursor (on its opening quote) and returns its contents' span.
+    fn string(&mut self) -> Scan<StrSpan> {
+        self.pos += 1;
+        let start = self.pos;
+        let mut escaped = false;
+        loop {
+            // Eight bytes at a time while no special byte appears.
+            while let Some(chunk) = self.bytes.get(self.pos..self.pos + 8) {
+                let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+                let special = special_bytes(word);
+                if special != 0 {
+                    self.pos += (special.trailing_zeros() / 8) as usize;
+                    break;
+                }
+                self.pos += 8;
+            }
+            match self.peek() {
+                Some(b'"') => {
+                    let range = start..self.pos;
+                    self.pos += 1;
+                    return Ok(StrSpan { range, escaped });
+                }
+                Some(b'\\') => {
+                    escaped = true;
+                    // The common escapes inline; `\u` and faults out of line.
+                    match self.bytes.get(self.pos + 1) {
+                        Some(b'"' | b'\\' | b'/' | b'n' | b't' | b'r' | b'b' | b'f') => {
+                            self.pos += 2
+                        }
+                        _ => self.escape()?,
+                    }
+                }
+                Some(0..0x20) => return self.err("control character in a string"),
+                Some(_) => self.pos += 1,
+                None => return self.err("unexpected end of input in a string"),
+            }
+        }
+    }
+
+    /// Checks one escape at the cursor (on its backslash).
+    fn escape(&mut self) -> Scan<()> {
+        self.pos += 1;
+        match self.peek() {
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+                self.pos += 1;
+                Ok(())
+            }
+            Some(b'u') => {
+                self.pos += 1;
+                let unit = self.hex4()?;
+                match unit {
+                    0xD800..=0xDBFF => {
+                        if self.bytes.get(self.pos..self.pos + 2) != Some(b"\\u") {
+                            return self.err("unpaired surrogate in a \\u escape");
+                        }
+                        self.pos += 2;
+                        if !(0xDC00..=0xDFFF).contains(&self.hex4()?) {
+                            return self.err("unpaired surrogate in a \\u escape");
+                        }
+                        Ok(())
+                    }
+                    0xDC00..=0xDFFF => self.err("unpaired surrogate in a \\u escape"),
+                    _ => Ok(()),
+                }
+            }
+            Some(_) => self.err("invalid escape in a string"),
+            None => self.err("unexpected end of input in a string"),
+        }
+    }
+
+    fn hex4(&mut self) -> Scan<u32> {
+        let Some(digits) = self.bytes.get(self.pos..self.pos + 4) else {
+            return self.err("unexpected end of input in a \\u escape");
+        };
+        let mut unit = 0;
+        for &d in digits {
+            let Some(v) = (d as char).to_digit(16) else {
+                return self.err("invalid hex digit in a \\u escape");
+            };
+            unit = unit * 16 + v;
+        }
+        self.pos += 4;
+        Ok(unit)
+    }
+
+    fn literal(&mut self, word: &'static [u8]) -> Scan<()> {
+        if self.bytes.get(self.pos..self.pos + word.len()) != Some(word) {
+            return self.err("invalid literal");
+        }
+        self.pos += word.len();
+        Ok(())
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.pos;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.pos += 1;
+        }
+        self.pos - start
+    }
+
+    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
+    fn number(&mut self) -> Scan<()> {
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+        }
+        match self.peek() {
+            Some(b'0') => self.pos += 1,
+            Some(b'1'..=b'9') => {
+                self.digits();
+            }
+            _ => return self.err("invalid number"),
+        }
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            if self.digits() == 0 {
+                return self.err("invalid number: no digits after '.'");
+            }
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            if self.digits() == 0 {
+                return self.err("invalid number: no digits in the exponent");
+            }
+        }
+        Ok(())
+    }
+
+    /// Scans an object at the cursor, picking out its metadata's key fields.
+    fn object_fields(&mut self) -> Scan<ObjectFields> {
+        let start = self.pos;
+        let mut fields = ObjectFields::default();
+        self.members(1, |s, key| {
+            if key != b"metadata" || s.peek() != Some(b'{') {
+                return s.value(2);
+            }
+            s.members(2, |s, key| {
+                match key {
+                    b"name" => fields.name = Some(s.string_value()?),
+                    b"namespace" => fields.namespace = Some(s.string_value()?),
+                    b"resourceVersion" => fields.resource_version = Some(s.string_value()?),
+                    b"uid" => fields.uid = Some(s.string_value()?),
+                    b"managedFields" => {
+                        // The key's slice starts just after its opening quote.
+                        let start = key.as_ptr() as usize - s.bytes.as_ptr() as usize - 1;
+                        s.value(3)?;
+                        fields.managed_fields = Some(start..s.pos);
+                    }
+                    b"labels" if s.peek() == Some(b'{') => {
+                        let labels = s.pos;
+                        s.value(3)?;
+                        fields.labels = Some(labels..s.pos);
+                    }
+                    _ => s.value(3)?,
+                }
+                Ok(())
+            })
+        })?;
+        fields.object = start..self.pos;
+        Ok(fields)
+    }
+}
+
+/// Decodes the escapes of a JSON string's contents that the scanner has already checked.
+fn unescape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let decoded = match chars.next() {
+            Some('b') => '\u{8}',
+            Some('f') => '\u{c}',
+            Some('n') => '\n',
+            Some('r') => '\r',
+            Some('t') => '\t',
+            Some('u') => {
+                let hex = |chars: &mut std::str::Chars<'_>| {
+                    let digits: String = chars.by_ref().take(4).collect();
+                    u32::from_str_radix(&digits, 16).unwrap_or(0xFFFD)
+                };
+                let unit = hex(&mut chars);
+                let code = if (0xD800..0xDC00).contains(&unit) {
+                    chars.nth(1); // the scanner guaranteed "\u" follows
+                    let low = hex(&mut chars);
+                    0x10000 + ((unit - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3FF)
+                } else {
+                    unit
+                };
+                char::from_u32(code).unwrap_or('\u{FFFD}')
+            }
+            Some(other) => other, // '"', '\\' and '/'
+            None => break,
+        };
+        out.push(decoded);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Our verdict on `input` is serde_json's. Where serde_json stops at a number too large
+    /// for an `f64` it gives no verdict on the grammar, so neither do we here (see
+    /// `numbers_too_large_for_f64_are_well_formed`).
+    fn agree(input: &str) {
+        let ours = validate(input);
+        let theirs = serde_json::from_str::<serde_json::Value>(input);
+        if theirs
+            .as_ref()
+            .is_err_and(|e| e.to_string().starts_with("number out of range"))
+        {
+            return;
+        }
+        assert_eq!(
+            ours.is_ok(),
+            theirs.is_ok(),
+            "{input:?}: ours {ours:?}, serde_json {theirs:?}"
+        );
+    }
+
+    #[test]
+    fn numbers_too_large_for_f64_are_well_formed() {
+        assert!(validate("[1e400, -1e400]").is_ok());
+        assert!(validate("[1e400, -1e]").is_err());
+    }
+
+    #[test]
+    fn accepts_and_rejects_what_serde_json_does() {
+        for input in [
+            "{}",
+            "[]",
+            " {\"a\" : [1, -2.5e3, 0, true, false, null, \"x\"]} ",
+            "\"\\u00e9\\ud83d\\ude00\\n\\/\"",
+            "\"é日本\"",
+            "{\"a\":}",
+            "{\"a\" 1}",
+            "{a:1}",
+            "[1,]",
+            "[1 2]",
+            "01",
+            "1.",
+            "-",
+            "1e",
+            "+1",
+            "tru",
+            "nul",
+            "\"\\x\"",
+            "\"\\u12\"",
+            "\"\\ud800\"",
+            "\"\\udc00\"",
+            "\"a\u{1}b\"",
+            "{} {}",
+            "",
+            "   ",
+            "\"unterminated",
+            "{\"a\":1",
+        ] {
+            agree(input);
+        }
+    }
+
+    #[test]
+    fn nesting_stops_at_the_limit() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(validate(&deep(MAX_DEPTH)).is_ok());
+        assert_eq!(
+            validate(&deep(MAX_DEPTH + 1)).unwrap_err().reason,
+            "nesting too deep"
+        );
+        agree(&deep(MAX_DEPTH));
+        agree(&deep(MAX_DEPTH + 1));
+    }
+
+    #[test]
+    fn errors_point_at_the_fault() {
+        assert_eq!(
+            validate("{\"a\":1,}").unwrap_err(),
+            ScanError {
+                offset: 7,
+                reason: "expected a string key"
+            }
+        );
+        assert_eq!(
+            validate("[\"ab\\q\"]").unwrap_err(),
+            ScanError {
+                offset: 5,
+                reason: "invalid escape in a string"
+            }
+        );
+    }
+
+    #[test]
+    fn a_frame_gives_its_type_object_and_key_fields() {
+        let frame = r#"{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"web","namespace":"n\u0073","resourceVersion":"42","uid":"u-1","labels":{"app":"x","tier":"a\/b"}},"data":{"k":"v"}}}"#;
+        let f = scan_frame(frame).unwrap();
+        assert_eq!(f.event_type.unwrap().value(frame), "ADDED");
+        let o = f.object.unwrap();
+        assert!(frame[o.object.clone()].starts_with("{\"kind\""));
+        assert!(frame[o.object.clone()].ends_with("}}"));
+        assert_eq!(o.name.unwrap().value(frame), "web");
+        let ns = o.namespace.unwrap();
+        assert!(ns.escaped);
+        assert_eq!(ns.value(frame), "ns");
+        assert_eq!(o.resource_version.unwrap().value(frame), "42");
+        assert_eq!(o.uid.unwrap().value(frame), "u-1");
+        let labels = &frame[o.labels.unwrap()];
+        assert_eq!(lookup(labels, "app").as_deref(), Some("x"));
+        assert_eq!(lookup(labels, "tier").as_deref(), Some("a/b"));
+        assert_eq!(lookup(labels, "missing"), None);
+    }
+
+    #[test]
+    fn key_order_does_not_matter_and_nested_metadata_is_not_confused() {
+        let frame = r#"{"object":{"spec":{"metadata":{"name":"inner"}},"metadata":{"name":"outer"}},"type":"MODIFIED"}"#;
+        let f = scan_frame(frame).unwrap();
+        assert_eq!(f.event_type.unwrap().value(frame), "MODIFIED");
+        assert_eq!(f.object.unwrap().name.unwrap().value(frame), "outer");
+    }
+
+    #[test]
+    fn a_name_that_is_not_a_string_is_an_error() {
+        let err = scan_object(r#"{"metadata":{"name":5}}"#).unwrap_err();
+        assert_eq!(err.reason, "expected a string");
+        let err = scan_object(r#"{"metadata":{"name":[}}"#).unwrap_err();
+        assert_eq!(err.reason, "expected a JSON value");
+    }
+
+    #[test]
+    fn unescape_decodes_every_escape() {
+        assert_eq!(
+            unescape(r#"\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00x"#),
+            "\"\\/\u{8}\u{c}\n\r\té😀x"
+        );
+    }
+
+    /// JSON-ish text: mostly valid documents, with random damage.
+    fn jsonish() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            any::<i32>().prop_map(|n| n.to_string()),
+            any::<f32>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| format!("{f:e}")),
+            "[ -~é\\\\\"\u{1}\n]{0,12}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+            "[\\\\\"a-z0-9u]{0,8}".prop_map(|s| format!("\"{s}\"")),
+        ];
+        let doc = leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec(("[a-z]{0,4}", inner), 0..5).prop_map(|v| {
+                    let members: Vec<String> = v
+                        .into_iter()
+                        .map(|(k, v)| format!("\"{k}\" : {v}"))
+                        .collect();
+                    format!("{{{}}}", members.join(","))
+                }),
+            ]
+        });
+        (
+            doc,
+            any::<prop::sample::Index>(),
+            0..4usize,
+            "[ -/:-~]{0,2}",
+        )
+            .prop_map(|(doc, at, damage, junk)| {
+                let mut bytes: Vec<char> = doc.chars().collect();
+                let i = at.index(bytes.len().max(1)).min(bytes.len());
+                match damage {
+                    0 => {}
+                    1 => {
+                        if i < bytes.len() {
+                            bytes.remove(i);
+                        }
+                    }
+                    2 => bytes.splice(i..i, junk.chars()).for_each(drop),
+                    _ => bytes.truncate(i),
+                }
+                bytes.into_iter().collect()
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        #[test]
+        fn validity_matches_serde_json(input in jsonish()) {
+            agree(&input);
+        }
+
+        #[test]
+        fn strings_decode_as_serde_json_does(s in "\\PC{0,24}") {
+            let json = serde_json::to_string(&s).unwrap();
+            let span = Scanner::new(json.as_bytes()).string().unwrap();
+            prop_assert_eq!(span.value(&json), s);
+        }
+    }
+}
