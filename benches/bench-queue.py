@@ -21,7 +21,9 @@ from collections import defaultdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, "target", "bench-queue")
-OURS = os.path.join(ROOT, "target", "release", "queue-bench")
+# Honour CARGO_TARGET_DIR, so the build does not contend with others on target/.
+TARGET_DIR = os.path.join(ROOT, os.environ.get("CARGO_TARGET_DIR", "target"))
+OURS = os.path.join(TARGET_DIR, "release", "queue-bench")
 THEIRS = os.path.join(OUT_DIR, "clientgo-bench")
 CYCLE_ORDER = [
     f"cycle/{keys}/p{n}w{n}" for keys in ("unique", "repeat") for n in (1, 2, 4, 8)

@@ -100,6 +100,7 @@
 
 mod delaying;
 mod metrics;
+mod precise;
 mod queue;
 mod rate_limiter;
 mod rate_limiting;

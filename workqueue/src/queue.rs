@@ -20,9 +20,12 @@
 //! and counts its pops, so `get` only pops — it never touches the map — and a `Queued(seq)`
 //! that the FIFO has popped since *reads* as `Processing` (`Fifo::current`); the next
 //! transition of that item writes its real state. The two `Waiting` states belong to the
-//! delaying layer (see [`crate::delaying`]); a plain [`Queue`] never enters them. So `add` and
-//! `done` cost one hash lookup each in the common case and `get` none, and an `add` of an
-//! item that is already queued allocates nothing.
+//! delaying layer (see [`crate::delaying`]); a plain [`Queue`] never enters them. So `done`
+//! costs one hash lookup in the common case and `get` none. An `add` of an item that is
+//! already queued (or dirty while being processed) — most adds of a busy key — is one lookup
+//! in a short inlined path that builds nothing, wakes nobody and allocates nothing; the lock's
+//! two atomic instructions are most of its cost. Any other `add` continues out of line and
+//! probes again to insert.
 //!
 //! The map is [`hashbrown`]'s, for `entry_ref` (`done` finds, updates or removes an entry
 //! in one probe, without cloning the key) and its default hasher, foldhash: several times
@@ -51,12 +54,13 @@ use std::time::Duration;
 
 use hashbrown::HashMap;
 use hashbrown::hash_map::{Entry, EntryRef};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
 use crate::delaying::{DelayHeap, Due};
 use crate::metrics::{MetricsProvider, QueueMetrics, UNFINISHED_WORK_UPDATE_PERIOD};
+use crate::precise::{self, PreciseWake};
 use crate::waiters::{Waiters, WakeList};
 
 /// How a queue is built: its name and where its metrics go.
@@ -306,13 +310,22 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     ///   now (see [`DelayingQueue`](crate::DelayingQueue) for why).
     /// * After shutdown: ignored.
     pub fn add(&self, item: T) {
-        let mut wake = WakeList::default();
-        let mut state = self.shared.state.lock();
-        if state.shutting_down {
+        let state = self.shared.state.lock();
+        // The duplicate add, which is most adds of a busy key, stays in this short function.
+        if state.shutting_down || state.is_already_dirty(&item) {
             return;
         }
+        self.add_locked(state, item);
+    }
+
+    /// The rest of `add`, with the lock held: the item may become queued or dirty.
+    #[inline(never)]
+    fn add_locked(&self, mut state: MutexGuard<'_, State<T>>, item: T) {
+        let mut wake = WakeList::default();
         state.promote_due(self.shared.epoch, &mut wake);
         state.enqueue(item, &mut wake);
+        // Unlock before waking (`wake` was declared after the guard, so drop it by hand).
+        drop(state);
     }
 
     /// Waits for an item and hands it out; `None` once the queue is shut down and empty.
@@ -361,16 +374,11 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
         let mut waiter = Waiter {
             shared: &self.shared,
             slot: None,
-            yielded_at: None,
+            sleep: None,
+            precise: None,
+            fire_at: None,
         };
-        // Boxed: only the keeper sleeps, and this keeps `get`'s future small.
-        let mut sleep = None::<Pin<Box<Sleep>>>;
-        loop {
-            match poll_fn(|cx| waiter.poll_get(&mut sleep, cx)).await {
-                Step::Done(item) => return item,
-                Step::Yield => tokio::task::yield_now().await,
-            }
-        }
+        poll_fn(|cx| waiter.poll_get(cx)).await
     }
 
     /// Marks `item` as done processing.
@@ -565,6 +573,22 @@ impl<T: Eq + Hash + Clone> State<T> {
         }
     }
 
+    /// Whether an `add` of `item` would change nothing because it is queued, or dirty while
+    /// being processed: the duplicate add, answered with one probe and nothing else.
+    ///
+    /// Answers only when no delayed entry is pending, so that there is nothing to promote
+    /// first; with entries pending, `add` takes the general path.
+    #[inline]
+    fn is_already_dirty(&self, item: &T) -> bool {
+        self.delayed.is_empty()
+            && self.items.get(item).is_some_and(|state| {
+                matches!(
+                    self.fifo.current(*state),
+                    ItemState::Queued(_) | ItemState::ProcessingDirty
+                )
+            })
+    }
+
     /// Takes the oldest queued item. Popping it from the FIFO is what marks it as being
     /// processed: the map is not touched (see [`Fifo::current`]).
     fn pop(&mut self) -> Option<T> {
@@ -664,40 +688,51 @@ impl<T> State<T> {
 
 // === impl Waiter ===
 
-/// How much earlier than a delayed deadline the keeper's tokio sleep is set.
+/// How much earlier than a delayed deadline the keeper's tokio sleep ends, when the deadline
+/// is further away than [`PRECISE_HORIZON`].
 ///
-/// tokio's timer counts whole milliseconds and rounds deadlines up, so a sleep fires up to
-/// about 2 ms late. The keeper sleeps until this long before the deadline instead, then
-/// yields to the scheduler until the deadline has passed: delayed items fire well within a
-/// millisecond, at the cost of at most this much yielding per distinct deadline.
+/// tokio's timer counts whole milliseconds and rounds deadlines up, so a tokio sleep to the
+/// deadline would fire up to about a millisecond late. A sleep to 1 ms before it ends at most
+/// on the deadline; from there the keeper also registers an OS-clock wake-up
+/// ([`crate::precise`]) for the deadline itself.
 const TIMER_SLACK: Duration = Duration::from_millis(1);
 
-/// What one round of polling in `get` decided.
-enum Step<T> {
-    /// The item, or `None` once the queue is shut down and empty.
-    Done(Option<T>),
-    /// The keeper is within [`TIMER_SLACK`] of its deadline: yield once, then look again.
-    Yield,
-}
+/// How close to its deadline the keeper registers an OS-clock wake-up (beside its tokio
+/// sleep, which then only backs it up).
+const PRECISE_HORIZON: Duration = Duration::from_millis(2);
+
+/// The shortest time the keeper sleeps: a deadline closer than this is fired this long from
+/// now, together with every other one due by then.
+///
+/// Deadlines can be arbitrarily dense (thousands per millisecond); waking for each one would
+/// cost a thread switch per item. With this floor the keeper wakes at most once per
+/// `COALESCE` and an item waits at most this much past its deadline for the wake-up (it is
+/// never handed out early). A lone deadline is not delayed: the keeper sleeps to it exactly.
+const COALESCE: Duration = Duration::from_micros(200);
+
+/// The difference between tokio's clock and the OS clock above which the keeper takes tokio's
+/// clock for paused (tests) and uses only tokio's timer, which follows it.
+const PAUSED_CLOCK_SKEW: Duration = Duration::from_millis(1);
 
 /// The part of a `get` future that must be cleaned up if the future is dropped.
 struct Waiter<'a, T> {
     shared: &'a Shared<T>,
     /// The getter's slot in `Waiters`, once it has parked.
     slot: Option<usize>,
-    /// The clock reading of the keeper's last yield before a deadline. Seeing the same
-    /// reading again means the clock is paused (tests): then the keeper sleeps instead.
-    yielded_at: Option<Instant>,
+    /// The keeper's tokio sleep. Boxed: only the keeper sleeps, and this keeps `get`'s
+    /// future small.
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// The keeper's OS-clock wake-up, when its deadline is near.
+    precise: Option<Box<PreciseWake>>,
+    /// When the keeper last decided to wake up (its deadline, or later by up to
+    /// [`COALESCE`]).
+    fire_at: Option<Instant>,
 }
 
 impl<T: Eq + Hash + Clone> Waiter<'_, T> {
     /// One poll of `get`: take an item, report shutdown, or park (and, as the keeper, sleep
     /// until the earliest delayed deadline).
-    fn poll_get(
-        &mut self,
-        sleep: &mut Option<Pin<Box<Sleep>>>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Step<T>> {
+    fn poll_get(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
         let mut timer_fired = false;
         loop {
             let deadline = {
@@ -714,42 +749,53 @@ impl<T: Eq + Hash + Clone> Waiter<'_, T> {
                     if let Some(slot) = self.slot.take() {
                         state.release_waiter(slot, &mut wake);
                     }
-                    return Poll::Ready(Step::Done(out));
+                    return Poll::Ready(out);
                 }
                 let slot = *self.slot.get_or_insert_with(|| state.waiters.register());
                 state.park_waiter(slot, old_waker, cx.waker())
             };
             let Some(at) = deadline else {
-                *sleep = None;
+                self.sleep = None;
+                self.precise = None;
+                self.fire_at = None;
                 return Poll::Pending;
             };
-            // Keeper: sleep until shortly before the deadline, then yield until it passes.
+            // Keeper: sleep on tokio's timer until shortly before the deadline, then on the
+            // OS clock until it passes.
             let when = self.shared.instant_at(at);
             let now = Instant::now();
-            let target = if when <= now {
+            if when <= now {
                 continue; // came due since the promotion above
-            } else if when - now > TIMER_SLACK {
-                when - TIMER_SLACK
-            } else if self.yielded_at != Some(now) {
-                self.yielded_at = Some(now);
-                *sleep = None;
-                return Poll::Ready(Step::Yield);
-            } else {
-                when // the clock stood still while we yielded: it is paused, sleep exactly
+            }
+            // Keep a wake-up already set for no earlier than this deadline and no later than
+            // `COALESCE` from now, so that repeated polls cannot push it back.
+            let fire_at = match self.fire_at {
+                Some(set) if when <= set && set <= now + COALESCE => set,
+                _ => when.max(now + COALESCE),
             };
-            let timer = match sleep {
+            self.fire_at = Some(fire_at);
+            let target = if fire_at - now > PRECISE_HORIZON {
+                self.precise = None;
+                fire_at - TIMER_SLACK
+            } else {
+                self.arm_precise(now, fire_at, cx.waker());
+                fire_at
+            };
+            let timer = match &mut self.sleep {
                 Some(timer) => {
                     if timer.deadline() != target {
                         timer.as_mut().reset(target);
                     }
                     timer
                 }
-                None => sleep.insert(Box::pin(tokio::time::sleep_until(target))),
+                None => self
+                    .sleep
+                    .insert(Box::pin(tokio::time::sleep_until(target))),
             };
             if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            *sleep = None;
+            self.sleep = None;
             if timer_fired {
                 // The timer fired twice in one poll without anything coming due: yield to the
                 // scheduler instead of spinning while the clock catches up.
@@ -758,6 +804,26 @@ impl<T: Eq + Hash + Clone> Waiter<'_, T> {
             }
             timer_fired = true;
         }
+    }
+
+    /// Registers (or keeps) the OS-clock wake-up for `fire_at`, unless tokio's clock does
+    /// not follow the OS clock (it is paused).
+    fn arm_precise(&mut self, now: Instant, fire_at: Instant, waker: &std::task::Waker) {
+        let os_now = std::time::Instant::now();
+        let std_now = now.into_std();
+        let skew = os_now
+            .checked_duration_since(std_now)
+            .unwrap_or_else(|| std_now - os_now);
+        if skew > PAUSED_CLOCK_SKEW {
+            self.precise = None;
+            return;
+        }
+        let at = fire_at.into_std();
+        if self.precise.as_ref().is_some_and(|p| p.is_for(at, waker)) {
+            return;
+        }
+        self.precise = None; // cancel before registering anew
+        self.precise = precise::wake_at(at, waker).map(Box::new);
     }
 }
 
