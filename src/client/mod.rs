@@ -249,7 +249,9 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::Build`] if the URL or TLS settings are unusable.
+    /// [`Error::Build`] if the URL or TLS settings are unusable: among them an `https` server
+    /// with no certificate authority ([`Config::root_certs`] empty) and no
+    /// `insecure-skip-tls-verify`, since only the configured CAs are ever trusted.
     pub fn new(config: Config, options: ClientOptions) -> Result<Client> {
         let scheme = config.cluster_url.scheme_str().unwrap_or("");
         if scheme != "https" && scheme != "http" {

@@ -82,8 +82,12 @@ pub struct Config {
     pub cluster_url: http::Uri,
     /// The context's namespace, or the in-cluster namespace file, else `default`.
     pub default_namespace: String,
-    /// CA certificates to trust for the server; empty means none configured (use the
-    /// platform's roots).
+    /// CA certificates to trust for the server: these and no others. The platform's roots are
+    /// never consulted (this crate carries no root store), so when this is empty an `https`
+    /// server can only be reached with `accept_invalid_certs`, and [`Client::new`] refuses
+    /// to build a client otherwise.
+    ///
+    /// [`Client::new`]: crate::client::Client::new
     pub root_certs: Vec<CertificateDer<'static>>,
     /// Skip verifying the server's certificate (`insecure-skip-tls-verify`).
     pub accept_invalid_certs: bool,
