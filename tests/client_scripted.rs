@@ -42,26 +42,37 @@ impl Scripted {
     }
 
     fn client(&self) -> Client {
-        let config = Config {
-            cluster_url: format!("http://{}", self.addr).parse().unwrap(),
-            default_namespace: "default".into(),
-            root_certs: Vec::new(),
-            accept_invalid_certs: false,
-            tls_server_name: None,
-            identity: None,
-            auth: Auth::Bearer(Secret::new("t0ken")),
-            source: "scripted test".into(),
-        };
-        let options = ClientOptions {
-            user_agent: "test-agent/1".into(),
-            ..ClientOptions::default()
-        };
-        Client::new(config, options).unwrap()
+        self.client_as(Auth::Bearer(Secret::new("t0ken")), ClientOptions::default())
+    }
+
+    /// A client authenticating with `auth`, with `options` but a fixed user agent.
+    fn client_as(&self, auth: Auth, options: ClientOptions) -> Client {
+        http_client(self.addr, auth, options)
     }
 
     fn requests(&self) -> Vec<String> {
         self.requests.lock().unwrap().clone()
     }
+}
+
+/// A client for the plain-HTTP server at `addr`, authenticating with `auth`, with `options`
+/// but a fixed user agent.
+fn http_client(addr: SocketAddr, auth: Auth, options: ClientOptions) -> Client {
+    let config = Config {
+        cluster_url: format!("http://{addr}").parse().unwrap(),
+        default_namespace: "default".into(),
+        root_certs: Vec::new(),
+        accept_invalid_certs: false,
+        tls_server_name: None,
+        identity: None,
+        auth,
+        source: "scripted test".into(),
+    };
+    let options = ClientOptions {
+        user_agent: "test-agent/1".into(),
+        ..options
+    };
+    Client::new(config, options).unwrap()
 }
 
 fn serve(
@@ -281,6 +292,108 @@ async fn too_many_requests_is_retried_as_the_server_asks() {
     let cm = api.get("a").await.unwrap();
     assert_eq!(cm.metadata.name.as_deref(), Some("a"));
     assert_eq!(server.requests().len(), 3, "two 429s, then the answer");
+}
+
+const UNAUTHORIZED: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#;
+
+/// What the scripted server saw of a `GET /version`: the request line and the
+/// `Authorization` header.
+fn version_request(token: &str) -> String {
+    format!(
+        "GET /version HTTP/1.1\n\
+         user-agent: test-agent/1\n\
+         accept: application/json\n\
+         authorization: Bearer {token}\n\
+         host: server\n"
+    )
+}
+
+/// A token file holding `token`, in a fresh temporary directory.
+fn token_file(token: &str) -> std::path::PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("client-scripted-{}-{}", std::process::id(), token));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("token");
+    std::fs::write(&path, token).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn unauthorized_refreshes_the_credentials_and_retries_once() {
+    let server = Scripted::start(vec![
+        json_response(200, "OK", "{}"),
+        json_response(401, "Unauthorized", UNAUTHORIZED),
+        json_response(200, "OK", r#"{"major":"1"}"#),
+    ]);
+    let path = token_file("old");
+    let client = server.client_as(Auth::TokenFile(path.clone()), ClientOptions::default());
+
+    client.get_raw("/version").await.unwrap();
+    // The token rotates on disk. The client keeps its cached copy (re-reading at most once a
+    // minute) until the server refuses it; then it reads the file afresh and sends again.
+    std::fs::write(&path, "new").unwrap();
+    let body = client.get_raw("/version").await.unwrap();
+    assert_eq!(&body[..], br#"{"major":"1"}"#);
+    assert_eq!(
+        server.requests(),
+        [
+            version_request("old"),
+            version_request("old"),
+            version_request("new")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_second_unauthorized_is_the_answer() {
+    let server = Scripted::start(vec![
+        json_response(401, "Unauthorized", UNAUTHORIZED),
+        json_response(401, "Unauthorized", UNAUTHORIZED),
+        json_response(200, "OK", "{}"),
+    ]);
+    let path = token_file("revoked");
+    let client = server.client_as(Auth::TokenFile(path), ClientOptions::default());
+    let err = client.get_raw("/version").await.unwrap_err();
+    assert!(err.is_unauthorized(), "{err}");
+    assert_eq!(err.to_string(), "401 Unauthorized: Unauthorized");
+    assert_eq!(
+        server.requests(),
+        [version_request("revoked"), version_request("revoked")],
+        "one retry after refreshing, no more"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_yields_the_timeout_error() {
+    // Accepts connections and reads requests, but never answers.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut buf = [0; 1024];
+            let _ = conn.read(&mut buf);
+            held.push(conn);
+        }
+    });
+    let client = http_client(
+        addr,
+        Auth::None,
+        ClientOptions {
+            timeout: Some(std::time::Duration::from_millis(200)),
+            ..ClientOptions::default()
+        },
+    );
+    let err = client.get_raw("/version").await.unwrap_err();
+    match &err {
+        Error::Timeout { url, after } => {
+            assert_eq!(url, &format!("http://{addr}/version"));
+            assert_eq!(*after, std::time::Duration::from_millis(200));
+        }
+        other => panic!("want a timeout, got {other:?}"),
+    }
+    assert!(err.to_string().contains("/version"), "{err}");
 }
 
 #[tokio::test]
