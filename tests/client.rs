@@ -67,10 +67,14 @@ fn client_with(mode: AuthMode, options: ClientOptions) -> Client {
         other => write_kubeconfig(&dir, other),
     };
     let config = Config::from_kubeconfig(&KubeconfigOptions {
-        path: Some(path),
+        path: Some(path.clone()),
         ..KubeconfigOptions::default()
     })
     .unwrap();
+    if !matches!(mode, AuthMode::ClientCertificate) {
+        // Loading resolved it; don't leave copies (one holds the token) in the temp dir.
+        let _ = std::fs::remove_file(&path);
+    }
     assert_eq!(
         config.identity.is_some(),
         matches!(mode, AuthMode::ClientCertificate),
