@@ -36,7 +36,7 @@
 //! wait logs a warning ("slow event handlers blocking the queue"); the clock is read only when
 //! both the depth and the log level call for it.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::iter::Chain;
 use std::pin::pin;
@@ -44,6 +44,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use hashbrown::{HashMap, HashSet};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 

@@ -16,7 +16,7 @@
 //! from the index, so [`list_index_func_values`](crate::Indexer::list_index_func_values) only
 //! reports values that still match something.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -167,10 +167,9 @@ impl ValueBuf {
 pub(crate) enum KeySet {
     /// Exactly one key: no allocation of its own.
     One(Key),
-    /// Two keys or more. Boxed so a `KeySet` is 16 bytes, not the 48 of a `HashSet`: most
+    /// Two keys or more. Boxed so a `KeySet` is 16 bytes, not the 40 or more of a hash set: most
     /// values of a per-object index (an owner UID) hold a single key.
-    #[expect(clippy::box_collection, reason = "keeps the common one-key case small")]
-    Many(Box<HashSet<Key>>),
+    Many(Box<hashbrown::HashSet<Key>>),
 }
 
 impl KeySet {
@@ -178,7 +177,7 @@ impl KeySet {
         match self {
             KeySet::One(existing) if **existing == **key => {}
             KeySet::One(existing) => {
-                let set = HashSet::from([existing.clone(), key.clone()]);
+                let set = hashbrown::HashSet::from([existing.clone(), key.clone()]);
                 *self = KeySet::Many(Box::new(set));
             }
             KeySet::Many(set) => {
@@ -235,7 +234,7 @@ fn set_is_empty(set: &KeySet) -> bool {
 /// One index: value → keys of the objects that have it. No value maps to an empty set.
 #[derive(Default)]
 pub(crate) struct Index {
-    values: HashMap<Arc<str>, KeySet>,
+    values: hashbrown::HashMap<Arc<str>, KeySet>,
 }
 
 impl Index {

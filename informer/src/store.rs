@@ -1,9 +1,9 @@
 //! The thread-safe store with indices ([`Indexer`]): client-go's `threadSafeMap` and `cache`.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
+use hashbrown::{HashMap, HashSet};
 use parking_lot::RwLock;
 
 use crate::delta_fifo::KnownObjects;
@@ -533,7 +533,7 @@ mod tests {
         store.add(cm("a", "x", &["l"]));
         store.add(cm("b", "y", &[]));
         store
-            .add_indexers(HashMap::from([("label".to_owned(), by_label())]))
+            .add_indexers(Indexers::from([("label".to_owned(), by_label())]))
             .unwrap();
         assert_eq!(strs(&store.index_keys("label", "l").unwrap()), ["a/x"]);
         store.add(cm("b", "y", &["l"]));
@@ -547,7 +547,7 @@ mod tests {
     fn add_indexers_with_a_registered_name_fails_and_adds_nothing() {
         let store = store();
         let err = store
-            .add_indexers(HashMap::from([
+            .add_indexers(Indexers::from([
                 ("label".to_owned(), by_label()),
                 ("fresh".to_owned(), by_label()),
             ]))
@@ -684,7 +684,7 @@ mod tests {
                                 out.push(label.0);
                             }
                         });
-                        let _ = store.add_indexers(HashMap::from([
+                        let _ = store.add_indexers(Indexers::from([
                             ("label".to_owned(), by_label()),
                             ("repeating".to_owned(), repeating),
                         ]));
