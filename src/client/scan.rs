@@ -169,14 +169,18 @@ const HIGHS: u64 = 0x8080_8080_8080_8080;
 
 /// A bit set in the high bit of each byte of `w` that is `"`, `\` or below 0x20. Bits above
 /// the lowest set one may be spurious; the lowest is exact.
+///
+/// Two zero-byte tests rather than three: flipping bit 1 maps `"` (0x22) to 0x20 and permutes
+/// the control characters among themselves, so "below 0x21 after the flip" is exactly "a
+/// control character or `"`". Each test's lowest set bit is exact (a borrow only runs upward),
+/// so their union's is too.
 #[inline]
 fn special_bytes(w: u64) -> u64 {
-    let quote = w ^ (ONES * u64::from(b'"'));
+    let flipped = w ^ (ONES * 0x02);
+    let control_or_quote = flipped.wrapping_sub(ONES * 0x21) & !flipped;
     let backslash = w ^ (ONES * u64::from(b'\\'));
-    let zero_quote = quote.wrapping_sub(ONES) & !quote;
     let zero_backslash = backslash.wrapping_sub(ONES) & !backslash;
-    let control = w.wrapping_sub(ONES * 0x20) & !w;
-    (zero_quote | zero_backslash | control) & HIGHS
+    (control_or_quote | zero_backslash) & HIGHS
 }
 
 impl<'a> Scanner<'a> {
@@ -184,6 +188,7 @@ impl<'a> Scanner<'a> {
         Scanner { bytes, pos: 0 }
     }
 
+    #[cold]
     fn err<T>(&self, reason: &'static str) -> Scan<T> {
         Err(ScanError {
             offset: self.pos,
@@ -244,13 +249,13 @@ impl<'a> Scanner<'a> {
                         arrays = (arrays << 1) | u128::from(array);
                         open += 1;
                         if !array {
-                            self.key()?;
+                            self.skip_key()?;
                         }
                         continue 'value;
                     }
                 }
                 Some(b'"') => {
-                    self.string()?;
+                    self.skip_string()?;
                 }
                 Some(b't') => self.literal(b"true")?,
                 Some(b'f') => self.literal(b"false")?,
@@ -271,7 +276,7 @@ impl<'a> Scanner<'a> {
                         self.pos += 1;
                         if !array {
                             self.skip_ws();
-                            self.key()?;
+                            self.skip_key()?;
                         }
                         continue 'value;
                     }
@@ -287,6 +292,17 @@ impl<'a> Scanner<'a> {
                 }
             }
         }
+    }
+
+    /// Skips an object key and its colon, the cursor on the key's opening quote (after
+    /// whitespace): [`key`](Self::key) for callers that do not look at the key.
+    #[inline(always)]
+    fn skip_key(&mut self) -> Scan<()> {
+        if self.peek() != Some(b'"') {
+            return self.err("expected a string key");
+        }
+        self.skip_string()?;
+        self.expect(b':', "expected ':' after an object key")
     }
 
     /// An object key and its colon, the cursor on the key's opening quote (after whitespace).
@@ -344,41 +360,76 @@ impl<'a> Scanner<'a> {
     }
 
     /// Skips a string at the cursor (on its opening quote) and returns its contents' span.
+    #[inline]
     fn string(&mut self) -> Scan<StrSpan> {
-        self.pos += 1;
-        let start = self.pos;
+        let start = self.pos + 1;
+        let escaped = self.skip_string()?;
+        Ok(StrSpan {
+            range: start..self.pos - 1,
+            escaped,
+        })
+    }
+
+    /// Moves the cursor past the string it is on (on its opening quote), checking it; returns
+    /// whether the string holds escapes.
+    ///
+    /// Inlined into every caller, so skipping a string costs no call: most of an object's
+    /// tokens are short strings. Only the rare cases (a `\u` escape, the last few bytes of
+    /// the input, faults) leave this loop.
+    #[inline(always)]
+    fn skip_string(&mut self) -> Scan<bool> {
+        let bytes = self.bytes;
+        let mut pos = self.pos + 1;
         let mut escaped = false;
         loop {
             // Eight bytes at a time while no special byte appears.
-            while let Some(chunk) = self.bytes.get(self.pos..self.pos + 8) {
+            while let Some(chunk) = bytes.get(pos..pos + 8) {
                 let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
                 let special = special_bytes(word);
                 if special != 0 {
-                    self.pos += (special.trailing_zeros() / 8) as usize;
+                    pos += (special.trailing_zeros() / 8) as usize;
                     break;
                 }
-                self.pos += 8;
+                pos += 8;
             }
-            match self.peek() {
+            match bytes.get(pos) {
                 Some(b'"') => {
-                    let range = start..self.pos;
-                    self.pos += 1;
-                    return Ok(StrSpan { range, escaped });
+                    self.pos = pos + 1;
+                    return Ok(escaped);
                 }
-                Some(b'\\') => {
+                // The common escapes stay in the loop.
+                Some(b'\\')
+                    if matches!(
+                        bytes.get(pos + 1),
+                        Some(b'"' | b'\\' | b'/' | b'n' | b't' | b'r' | b'b' | b'f')
+                    ) =>
+                {
                     escaped = true;
-                    // The common escapes inline; `\u` and faults out of line.
-                    match self.bytes.get(self.pos + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'n' | b't' | b'r' | b'b' | b'f') => {
-                            self.pos += 2
-                        }
-                        _ => self.escape()?,
-                    }
+                    pos += 2;
                 }
-                Some(0..0x20) => return self.err("control character in a string"),
-                Some(_) => self.pos += 1,
-                None => return self.err("unexpected end of input in a string"),
+                _ => {
+                    self.pos = pos;
+                    escaped |= self.string_step()?;
+                    pos = self.pos;
+                }
             }
+        }
+    }
+
+    /// One step of [`skip_string`](Self::skip_string) off its fast path, the cursor on a byte
+    /// that is not a closing quote: a `\u` or faulty escape, a control character, an ordinary
+    /// byte among the input's last seven, or the end of the input. Returns whether it stepped
+    /// over an escape.
+    #[inline(never)]
+    fn string_step(&mut self) -> Scan<bool> {
+        match self.peek() {
+            Some(b'\\') => self.escape().map(|()| true),
+            Some(0..0x20) => self.err("control character in a string"),
+            Some(_) => {
+                self.pos += 1;
+                Ok(false)
+            }
+            None => self.err("unexpected end of input in a string"),
         }
     }
 
@@ -678,6 +729,27 @@ mod tests {
         assert_eq!(err.reason, "expected a JSON value");
     }
 
+    /// Whether the string scan must stop at `b`.
+    fn is_special(b: u8) -> bool {
+        b == b'"' || b == b'\\' || b < 0x20
+    }
+
+    #[test]
+    fn special_bytes_finds_every_special_byte_at_every_position() {
+        for b in 0..=255u8 {
+            for at in 0..8 {
+                let mut word = [b'a'; 8];
+                word[at] = b;
+                let special = special_bytes(u64::from_le_bytes(word));
+                if is_special(b) {
+                    assert_eq!(special.trailing_zeros() / 8, at as u32, "{b:#04x} at {at}");
+                } else {
+                    assert_eq!(special, 0, "{b:#04x} at {at}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn unescape_decodes_every_escape() {
         assert_eq!(
@@ -740,6 +812,16 @@ mod tests {
         #[test]
         fn validity_matches_serde_json(input in jsonish()) {
             agree(&input);
+        }
+
+        #[test]
+        fn special_bytes_stops_at_the_first_special_byte(word in any::<[u8; 8]>()) {
+            let first = word.iter().position(|&b| is_special(b));
+            let special = special_bytes(u64::from_le_bytes(word));
+            match first {
+                Some(at) => prop_assert_eq!(special.trailing_zeros() / 8, at as u32),
+                None => prop_assert_eq!(special, 0),
+            }
         }
 
         #[test]
