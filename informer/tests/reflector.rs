@@ -314,6 +314,100 @@ async fn gone_in_the_watch_relists_at_the_last_version_and_gone_on_that_list_rel
 }
 
 #[tokio::test(start_paused = true)]
+async fn too_large_resource_version_on_list_lists_again_at_once_from_scratch() {
+    let script = Script::new(vec![
+        Reply::List(Err(fail(ErrorKind::TooLargeResourceVersion))),
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Modified(cm("a", "11"))),
+            Step::Fail(ErrorKind::Gone),
+        ])),
+        page(&["a"], "12", None),
+    ]);
+    let (store, traces) = run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    assert_eq!(
+        calls[..2],
+        [
+            list(Some("0"), Some(500), None),
+            // The server has not reached the version asked for: a consistent read.
+            list(None, Some(500), None),
+        ]
+    );
+    assert_eq!(watch_from(&calls[2]), plain_watch("10"));
+    // That list succeeded: the next relist is at the last version again, not "".
+    assert_eq!(calls[3], list(Some("11"), None, None));
+    assert_eq!(watch_from(&calls[4]), plain_watch("12"));
+    assert_eq!(calls.len(), 5);
+    assert_eq!(
+        store.ops(),
+        ["replace [a] @10", "update a", "replace [a] @12"]
+    );
+    // The retry from scratch follows its failure at once, without a backoff.
+    let failed = traces
+        .iter()
+        .position(|t| {
+            matches!(
+                t,
+                Trace::ListFailed {
+                    from_scratch: true,
+                    ..
+                }
+            )
+        })
+        .expect("the too-large list is traced");
+    assert!(
+        matches!(
+            &traces[failed + 1],
+            Trace::ListPage {
+                resource_version: None,
+                ..
+            }
+        ),
+        "{traces:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_watch_stream_ends_the_watch_and_relists_at_the_last_version() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Modified(cm("a", "11"))),
+            Step::Fail(ErrorKind::Stream),
+        ])),
+        page(&["a", "b"], "14", None),
+    ]);
+    let (store, traces) = run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    assert_eq!(calls[0], list(Some("0"), Some(500), None));
+    assert_eq!(watch_from(&calls[1]), plain_watch("10"));
+    assert_eq!(calls[2], list(Some("11"), None, None));
+    assert_eq!(watch_from(&calls[3]), plain_watch("14"));
+    assert_eq!(calls.len(), 4);
+    assert_eq!(
+        store.ops(),
+        ["replace [a] @10", "update a", "replace [a,b] @14"]
+    );
+    let ended = traces
+        .iter()
+        .position(|t| {
+            matches!(
+                t,
+                Trace::WatchEnded {
+                    events: 1,
+                    reason: informer::WatchEnd::Error(_)
+                }
+            )
+        })
+        .expect("the watch ended with the stream error");
+    assert!(
+        matches!(traces[ended + 1], Trace::Backoff { .. }),
+        "the relist waits a backoff first: {traces:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn pages_follow_continue_tokens_and_an_expired_token_falls_back_to_one_full_list() {
     let script = Script::new(vec![
         page(&["a", "b"], "20", Some("c1")),
