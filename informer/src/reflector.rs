@@ -6,16 +6,20 @@
 //! The reflector is a state machine, [`State`], moved by one function, `step`:
 //!
 //! ```text
-//!            ┌──────── Start ────────┐
-//!   WatchList│ on                    │ off
-//!            ▼                       ▼
-//!       StreamList ──fallback──▶   List ──error──▶ Wait ─▶ Start
-//!            │ initial-events-end    │ Replace
-//!            ▼ bookmark: Replace     ▼
-//!         Watch (reuse stream) ◀── Watch ◀─────────────────────┐
-//!            │ closed normally: re-watch from the last RV ─────┘
-//!            │ 429 / refused: Wait, then re-watch
-//!            └ 410, too short, errors: Wait, then Start (relist)
+//!                      ┌─────────── Start ───────────┐
+//!            WatchList │ on                      off │
+//!                      ▼                             ▼
+//!  ┌─── at once ─── StreamList ── other errors ──▶ List ── error ──▶ Wait ─▶ Start
+//!  │ 410, too large,   ▲ │ │ 429, refused:             │ 410 / too large: once more
+//!  │ closed early      │ │ └─ Wait, then StreamList    │ at "", at once
+//!  └───────────────────┘ │ initial-events-end          │ Replace
+//!                        │ bookmark: Replace           │
+//!                        ▼                             ▼
+//!                     Watch (the same stream)       Watch (a new one) ◀──┐
+//!                        └───────────────┬─────────────┘                 │
+//!                                        │ closed normally: re-watch ────┘
+//!                                        │ 429, refused: Wait, then re-watch
+//!                                        └ 410, very short, errors: Wait, then Start
 //! ```
 //!
 //! The resourceVersion rules ([`Reflector::relist_resource_version`]): the first LIST asks
@@ -207,8 +211,9 @@ enum State<St> {
     List,
     /// Open a watch with `sendInitialEvents`, collect the initial events, replace the store
     /// at the initial-events-end bookmark. Success → `Watch` on the same stream;
-    /// 429/refused/410/closed early → `Wait`, then `StreamList` again; other errors →
-    /// `List` (the server does not do WatchList).
+    /// 429/refused → `Wait`, then `StreamList`; 410/too large → `StreamList` at once from
+    /// the latest state; closed before the bookmark → `StreamList` at once; a very short
+    /// stream, a broken one and other errors → `List`.
     StreamList,
     /// Watch from the last version (or go on with a stream handed over). Closed normally →
     /// `Watch` again; 429/refused → `Wait`, then `Watch`; 410, too short or other errors →
@@ -302,29 +307,7 @@ where
             },
             State::StreamList => match self.stream_list().await {
                 Ok(stream) => State::Watch(Some(stream)),
-                Err(e) => {
-                    let retry = matches!(
-                        e.kind(),
-                        ErrorKind::TooManyRequests
-                            | ErrorKind::ConnectionRefused
-                            | ErrorKind::Gone
-                            | ErrorKind::TooLargeResourceVersion
-                            | ErrorKind::Stream
-                    );
-                    if e.is_version_unavailable() {
-                        self.version_unavailable = true;
-                    }
-                    self.trace(Trace::StreamListFailed {
-                        error: e.to_string(),
-                        fallback: !retry,
-                    });
-                    if retry {
-                        State::Wait(Box::new(State::StreamList))
-                    } else {
-                        self.report(&e);
-                        State::List
-                    }
-                }
+                Err(end) => self.after_stream_list(end),
             },
             State::Watch(stream) => self.watch(stream).await,
             State::Wait(then) => {
@@ -453,7 +436,7 @@ where
     /// A streaming list: the initial events into a temporary map (kept in arrival order, so
     /// `replace` sees the objects as the server sent them), then `replace` at the
     /// initial-events-end bookmark. Returns the stream, which goes on as a normal watch.
-    async fn stream_list(&mut self) -> Result<LW::Stream> {
+    async fn stream_list(&mut self) -> Result<LW::Stream, StreamListEnd> {
         let version = {
             let last = self.last_sync.lock();
             (!self.version_unavailable && !last.is_empty()).then(|| last.clone())
@@ -467,13 +450,29 @@ where
             allow_bookmarks: true,
             send_initial_events: true,
         };
-        let mut stream = self.lister_watcher.watch(&options).await?;
+        // As in client-go, the clock starts before the request.
+        let started = Instant::now();
+        let mut stream = self
+            .lister_watcher
+            .watch(&options)
+            .await
+            .map_err(StreamListEnd::Failed)?;
         // The initial state in arrival order: a slot per key, emptied by a deletion.
         let mut slots: HashMap<Key, usize> = HashMap::new();
         let mut initial: Vec<Option<K>> = Vec::new();
+        let mut events = 0usize;
         loop {
-            match stream.next().await {
-                Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
+            let event = match stream.next().await {
+                Some(Ok(event)) => event,
+                Some(Err(e)) => return Err(StreamListEnd::Failed(e)),
+                None if events == 0 && started.elapsed() < VERY_SHORT_WATCH => {
+                    return Err(StreamListEnd::Failed(very_short_watch()));
+                }
+                None => return Err(StreamListEnd::ClosedEarly),
+            };
+            events += 1;
+            match event {
+                WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
                     match slots.entry(key_of(&obj)) {
                         Entry::Occupied(slot) => initial[*slot.get()] = Some(obj),
                         Entry::Vacant(slot) => {
@@ -482,15 +481,15 @@ where
                         }
                     }
                 }
-                Some(Ok(WatchEvent::Deleted(obj))) => {
+                WatchEvent::Deleted(obj) => {
                     if let Some(i) = slots.remove(&key_of(&obj)) {
                         initial[i] = None;
                     }
                 }
-                Some(Ok(WatchEvent::Bookmark {
+                WatchEvent::Bookmark {
                     resource_version,
                     initial_events_end: true,
-                })) => {
+                } => {
                     let items: Vec<K> = initial.into_iter().flatten().collect();
                     self.version_unavailable = false;
                     self.trace(Trace::Listed {
@@ -501,16 +500,43 @@ where
                     self.synced(&resource_version);
                     return Ok(stream);
                 }
-                Some(Ok(WatchEvent::Bookmark { .. })) => {}
-                Some(Err(e)) => return Err(e),
-                None => {
-                    return Err(Error::new(
-                        ErrorKind::Stream,
-                        "the watch closed before the initial-events-end bookmark",
-                    ));
-                }
+                WatchEvent::Bookmark { .. } => {}
             }
         }
+    }
+
+    /// Where a failed streaming list leads (client-go's `watchList`): 429 and refused
+    /// connections back off and try again; 410, "too large" and a stream closed before the
+    /// initial-events-end bookmark try again at once, the first two from the latest state;
+    /// anything else falls back to a plain LIST.
+    fn after_stream_list(&mut self, end: StreamListEnd) -> State<LW::Stream> {
+        let (error, next) = match end {
+            StreamListEnd::ClosedEarly => (
+                "the watch closed before the initial-events-end bookmark".to_owned(),
+                State::StreamList,
+            ),
+            StreamListEnd::Failed(e) => {
+                let next = match e.kind() {
+                    ErrorKind::TooManyRequests | ErrorKind::ConnectionRefused => {
+                        State::Wait(Box::new(State::StreamList))
+                    }
+                    ErrorKind::Gone | ErrorKind::TooLargeResourceVersion => {
+                        self.version_unavailable = true;
+                        State::StreamList
+                    }
+                    _ => {
+                        self.report(&e);
+                        State::List
+                    }
+                };
+                (e.to_string(), next)
+            }
+        };
+        self.trace(Trace::StreamListFailed {
+            error,
+            fallback: matches!(next, State::List),
+        });
+        next
     }
 
     /// Watches until the stream ends, and decides what comes next.
@@ -573,11 +599,8 @@ where
                     self.apply(event, unordered_start);
                     continue;
                 }
-                None if events == 0 && started.elapsed() < Duration::from_secs(1) => {
-                    let e = Error::new(
-                        ErrorKind::Stream,
-                        "very short watch: the watch closed within a second without an event",
-                    );
+                None if events == 0 && started.elapsed() < VERY_SHORT_WATCH => {
+                    let e = very_short_watch();
                     self.report(&e);
                     (WatchEnd::TooShort, State::Wait(Box::new(State::Start)))
                 }
@@ -672,6 +695,25 @@ where
             hook(e);
         }
     }
+}
+
+/// Why a streaming list did not reach its initial-events-end bookmark.
+enum StreamListEnd {
+    /// The stream closed after an event, or after a second: try again at once.
+    ClosedEarly,
+    /// The request or the stream failed (a very short stream included).
+    Failed(Error),
+}
+
+/// A watch that closes sooner than this without an event is "very short": something is
+/// wrong, and it is not simply watched again.
+const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
+
+fn very_short_watch() -> Error {
+    Error::new(
+        ErrorKind::Stream,
+        "very short watch: the watch closed within a second without an event",
+    )
 }
 
 /// A shared view of a reflector's last synced resourceVersion.

@@ -603,11 +603,176 @@ async fn watch_list_closed_before_its_bookmark_is_tried_again_from_scratch() {
             Step::Pause(Duration::from_secs(5)),
         ])),
     ]);
-    let (store, _) = run(&script, ReflectorOptions::default()).await;
+    let (store, traces) = run(&script, ReflectorOptions::default()).await;
     let calls = script.calls();
     assert_eq!(watch_from(&calls[1]), Some((None, true)));
     // The first attempt's "a" never reached the store.
     assert_eq!(store.ops(), ["replace [b] @8"]);
+    assert!(
+        !traces.iter().any(|t| matches!(t, Trace::Backoff { .. })),
+        "tried again at once: {traces:?}"
+    );
+}
+
+/// The traces that show the order of attempts and waits, in short.
+fn timeline(traces: &[Trace]) -> Vec<String> {
+    traces
+        .iter()
+        .filter_map(|t| match t {
+            Trace::StreamListStarted { resource_version } => Some(format!(
+                "stream-list from {}",
+                resource_version.as_deref().unwrap_or("-")
+            )),
+            Trace::StreamListFailed { fallback, .. } => Some(
+                if *fallback {
+                    "stream-list failed: fall back to list"
+                } else {
+                    "stream-list failed: retry"
+                }
+                .to_owned(),
+            ),
+            Trace::ListPage {
+                resource_version, ..
+            } => Some(format!(
+                "list from {}",
+                resource_version.as_deref().unwrap_or("-")
+            )),
+            Trace::Listed {
+                resource_version, ..
+            } => Some(format!("listed @{resource_version}")),
+            Trace::WatchStarted {
+                resource_version, ..
+            } => Some(format!("watch from {resource_version}")),
+            Trace::WatchEnded { reason, .. } => Some(format!("watch ended: {reason:?}")),
+            Trace::Backoff { .. } => Some("backoff".to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stream_list_from(rv: Option<&str>) -> Option<(Option<String>, bool)> {
+    Some((rv.map(str::to_owned), true))
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_retries_at_once_after_gone_too_large_or_an_early_close_and_backs_off_when_throttled()
+ {
+    let synced = |rv: &str| {
+        Step::Event(WatchEvent::Bookmark {
+            resource_version: rv.into(),
+            initial_events_end: true,
+        })
+    };
+    let script = Script::new(vec![
+        // Synced at 8, then the watch on the same stream is gone: relist from 8.
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Added(cm("a", "5"))),
+            synced("8"),
+            Step::Fail(ErrorKind::Gone),
+        ])),
+        // 8 is too new for this server: at once, from the latest state.
+        Reply::Watch(Err(fail(ErrorKind::TooLargeResourceVersion))),
+        // Throttled: back off, then the same request.
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        // Gone inside the initial events: at once, from the latest state.
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Added(cm("a", "9"))),
+            Step::Fail(ErrorKind::Gone),
+        ])),
+        // Closed after an event, before the bookmark: at once, with an empty slate.
+        Reply::Watch(Ok(vec![Step::Event(WatchEvent::Added(cm("b", "10")))])),
+        // The server is away: back off.
+        Reply::Watch(Err(fail(ErrorKind::ConnectionRefused))),
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Added(cm("a", "11"))),
+            synced("12"),
+            Step::Pause(Duration::from_secs(5)),
+        ])),
+    ]);
+    let (store, traces) = run(&script, ReflectorOptions::default()).await;
+    let calls: Vec<_> = script.calls().iter().map(watch_from).collect();
+    assert_eq!(
+        calls,
+        [
+            stream_list_from(None),
+            stream_list_from(Some("8")),
+            stream_list_from(None),
+            stream_list_from(None),
+            stream_list_from(None),
+            stream_list_from(None),
+            stream_list_from(None),
+            plain_watch("12"),
+        ]
+    );
+    assert_eq!(
+        timeline(&traces),
+        [
+            "stream-list from -",
+            "listed @8",
+            "watch ended: Gone",
+            "backoff",
+            "stream-list from 8",
+            "stream-list failed: retry",
+            "stream-list from -",
+            "stream-list failed: retry",
+            "backoff",
+            "stream-list from -",
+            "stream-list failed: retry",
+            "stream-list from -",
+            "stream-list failed: retry",
+            "stream-list from -",
+            "stream-list failed: retry",
+            "backoff",
+            "stream-list from -",
+            "listed @12",
+            "watch ended: Closed",
+            "watch from 12",
+        ]
+    );
+    assert_eq!(store.ops(), ["replace [a] @8", "replace [a] @12"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_falls_back_to_list_after_a_very_short_stream_or_a_broken_one() {
+    let script = Script::new(vec![
+        // Closed at once without an event: very short; not retried as a stream.
+        Reply::Watch(Ok(vec![])),
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![Step::Fail(ErrorKind::Other)])),
+        // The relist tries a streaming list again; the stream breaks: LIST.
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Added(cm("a", "11"))),
+            Step::Fail(ErrorKind::Stream),
+        ])),
+        page(&["a"], "12", None),
+    ]);
+    let (store, traces) = run(&script, ReflectorOptions::default()).await;
+    let calls = script.calls();
+    assert_eq!(watch_from(&calls[0]), stream_list_from(None));
+    assert_eq!(calls[1], list(Some("0"), Some(500), None));
+    assert_eq!(watch_from(&calls[2]), plain_watch("10"));
+    assert_eq!(watch_from(&calls[3]), stream_list_from(Some("10")));
+    assert_eq!(calls[4], list(Some("10"), None, None));
+    assert_eq!(watch_from(&calls[5]), plain_watch("12"));
+    assert_eq!(calls.len(), 6);
+    assert_eq!(store.ops(), ["replace [a] @10", "replace [a] @12"]);
+    assert_eq!(
+        timeline(&traces),
+        [
+            "stream-list from -",
+            "stream-list failed: fall back to list",
+            "list from 0",
+            "listed @10",
+            "watch from 10",
+            "watch ended: Error(\"scripted Other\")",
+            "backoff",
+            "stream-list from 10",
+            "stream-list failed: fall back to list",
+            "list from 10",
+            "listed @12",
+            "watch from 12",
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
