@@ -191,7 +191,8 @@ pub struct Reflector<K, LW: ListerWatcher<K>, S> {
     scratch_version: String,
     /// A LIST answered 410 or "too large": the next asks for a consistent read.
     version_unavailable: bool,
-    /// A `"0"` LIST came back in pages: keep paging.
+    /// A `"0"` LIST came back in pages (a continue token was followed, even if it then
+    /// expired and the pager listed in full): no watch cache serves it, so keep paging.
     paginated: bool,
     backoff: Backoff,
     jitter: Jitter,
@@ -336,50 +337,57 @@ where
     /// LIST every page and replace the store; once more from scratch if the version asked
     /// for is unavailable.
     async fn list(&mut self) -> Result<()> {
-        let result = match self.list_pages().await {
+        let rv = self.relist_resource_version();
+        let result = match self.list_pages(&rv).await {
             Err(e) if e.is_version_unavailable() => {
                 self.version_unavailable = true;
                 self.trace(Trace::ListFailed {
                     error: e.to_string(),
                     from_scratch: true,
                 });
-                self.list_pages().await
+                self.list_pages(&self.relist_resource_version()).await
             }
             other => other,
         };
-        let (items, resource_version) = result.inspect_err(|e| {
+        let listed = result.inspect_err(|e| {
             self.trace(Trace::ListFailed {
                 error: e.to_string(),
                 from_scratch: false,
             })
         })?;
+        // Only a "0" list says something about the server: a paged answer to it means no
+        // watch cache serves this collection, so later lists keep paging. A "" list is
+        // paged by etcd even when a watch cache exists.
+        if rv == "0" && listed.paginated {
+            self.paginated = true;
+        }
         self.version_unavailable = false;
         self.trace(Trace::Listed {
-            items: items.len(),
-            resource_version: resource_version.clone(),
+            items: listed.items.len(),
+            resource_version: listed.resource_version.clone(),
         });
-        self.store.replace(items, &resource_version);
-        self.synced(&resource_version);
+        self.store.replace(listed.items, &listed.resource_version);
+        self.synced(&listed.resource_version);
         Ok(())
     }
 
-    /// Pages through one full list at [`Reflector::relist_resource_version`].
-    async fn list_pages(&mut self) -> Result<(Vec<K>, String)> {
-        let rv = self.relist_resource_version();
+    /// Pages through one full list at `rv` (client-go's pager). If a continue token has
+    /// expired, lists once more in full at `rv`; the result still counts as paginated.
+    async fn list_pages(&mut self, rv: &str) -> Result<Listed<K>> {
         let limit = match self.options.page_size {
             Some(size) => Some(size),
             None if self.paginated => Some(500),
             None if rv.is_empty() || rv == "0" => Some(500),
             None => None,
         };
-        let version = (!rv.is_empty()).then(|| rv.clone());
+        let version = (!rv.is_empty()).then(|| rv.to_owned());
         let mut options = ListOptions {
             resource_version: version.clone(),
             limit,
             continue_token: None,
         };
         let mut items = Vec::new();
-        let mut paged = false;
+        let mut paginated = false;
         loop {
             let page = match self.lister_watcher.list(&options).await {
                 Ok(page) => page,
@@ -387,7 +395,7 @@ where
                     // The continue token expired: one unpaginated list at the original version.
                     self.trace(Trace::FullListFallback);
                     let full = ListOptions {
-                        resource_version: version.clone(),
+                        resource_version: version,
                         limit: None,
                         continue_token: None,
                     };
@@ -398,7 +406,11 @@ where
                         continued: false,
                         items: page.items.len(),
                     });
-                    return Ok((page.items, page.resource_version));
+                    return Ok(Listed {
+                        items: page.items,
+                        resource_version: page.resource_version,
+                        paginated,
+                    });
                 }
                 Err(e) => return Err(e),
             };
@@ -415,7 +427,7 @@ where
             }
             match page.continue_token.filter(|t| !t.is_empty()) {
                 Some(token) => {
-                    paged = true;
+                    paginated = true;
                     // Later pages carry the token, and no version: it is in the token.
                     options = ListOptions {
                         resource_version: None,
@@ -424,10 +436,11 @@ where
                     };
                 }
                 None => {
-                    if paged && rv == "0" {
-                        self.paginated = true;
-                    }
-                    return Ok((items, page.resource_version));
+                    return Ok(Listed {
+                        items,
+                        resource_version: page.resource_version,
+                        paginated,
+                    });
                 }
             }
         }
@@ -695,6 +708,14 @@ where
             hook(e);
         }
     }
+}
+
+/// One full list, as the pager returns it.
+struct Listed<K> {
+    items: Vec<K>,
+    resource_version: String,
+    /// A continue token was followed, even if an expired one then led to a full list.
+    paginated: bool,
 }
 
 /// Why a streaming list did not reach its initial-events-end bookmark.

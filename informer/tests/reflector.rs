@@ -448,6 +448,31 @@ async fn a_paginated_rv_0_list_keeps_paging_on_relist() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_rv_0_list_that_fell_back_to_a_full_list_still_counts_as_paginated() {
+    let script = Script::new(vec![
+        page(&["a"], "20", Some("c1")),
+        Reply::List(Err(fail(ErrorKind::Gone))),
+        page(&["a", "b"], "25", None),
+        Reply::Watch(Ok(vec![Step::Fail(ErrorKind::Other)])),
+        page(&["a", "b"], "30", None),
+    ]);
+    run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    assert_eq!(
+        calls[..3],
+        [
+            list(Some("0"), Some(500), None),
+            list(None, Some(500), Some("c1")),
+            list(Some("0"), None, None),
+        ]
+    );
+    assert_eq!(watch_from(&calls[3]), plain_watch("25"));
+    // The server paged a "0" list: the collection is not served from a watch cache, so
+    // relists keep paging, as after a list that completed in pages.
+    assert_eq!(calls[4], list(Some("25"), Some(500), None));
+}
+
+#[tokio::test(start_paused = true)]
 async fn too_many_requests_on_watch_backs_off_and_watches_again_without_relisting() {
     let script = Script::new(vec![
         page(&["a"], "10", None),
