@@ -25,8 +25,11 @@
 //! The resourceVersion rules ([`Reflector::relist_resource_version`]): the first LIST asks
 //! for `"0"` (any cached state) with a limit of 500; a relist asks for the last version seen,
 //! without a limit, so the watch cache can answer; after a LIST answered 410 or "too large
-//! resource version", the next LIST asks for `""`, a consistent read. The pager follows
+//! resource version", a LIST at once asks for `""`, a consistent read, with the page size of
+//! the list it retries, and lists go on asking for `""` until one succeeds. The pager follows
 //! continue tokens with no version, and if a token has expired it lists once more in full.
+//! Once a `"0"` list came back in pages (a full list after an expired token included), every
+//! later list pages too: no watch cache serves the collection.
 //!
 //! Every wait between attempts comes from [`Backoff`]: 0.8 s doubling to 30 s, jittered,
 //! reset after two minutes.
@@ -71,7 +74,8 @@ pub struct ReflectorOptions {
     /// Call [`ReflectorStore::resync`] this often while watching; `None` never.
     pub resync_period: Option<Duration>,
     /// Items per LIST page; `None` follows client-go's rule: 500 for `"0"` and `""` lists,
-    /// no limit for lists at a version (so the watch cache can serve them).
+    /// no limit for lists at a version (so the watch cache can serve them) nor for their
+    /// retry from scratch, and 500 for every list once the server paged a `"0"` list.
     pub page_size: Option<u32>,
     /// Use streaming lists (WatchList, `sendInitialEvents`) and fall back to LIST when the
     /// server refuses them. On by default.
@@ -338,14 +342,18 @@ where
     /// for is unavailable.
     async fn list(&mut self) -> Result<()> {
         let rv = self.relist_resource_version();
-        let result = match self.list_pages(&rv).await {
+        // The page size is chosen once: the retry from scratch keeps it (client-go reuses its
+        // pager), so a relist at a version, unpaged for the watch cache, retries unpaged.
+        let limit = self.page_limit(&rv);
+        let result = match self.list_pages(&rv, limit).await {
             Err(e) if e.is_version_unavailable() => {
                 self.version_unavailable = true;
                 self.trace(Trace::ListFailed {
                     error: e.to_string(),
                     from_scratch: true,
                 });
-                self.list_pages(&self.relist_resource_version()).await
+                self.list_pages(&self.relist_resource_version(), limit)
+                    .await
             }
             other => other,
         };
@@ -371,15 +379,21 @@ where
         Ok(())
     }
 
-    /// Pages through one full list at `rv` (client-go's pager). If a continue token has
-    /// expired, lists once more in full at `rv`; the result still counts as paginated.
-    async fn list_pages(&mut self, rv: &str) -> Result<Listed<K>> {
-        let limit = match self.options.page_size {
+    /// The page size of a list at `rv`: the configured one; else 500 if the server paged a
+    /// `"0"` list before, or for `"0"` and `""`; else none, so the watch cache can answer.
+    fn page_limit(&self, rv: &str) -> Option<u32> {
+        match self.options.page_size {
             Some(size) => Some(size),
             None if self.paginated => Some(500),
             None if rv.is_empty() || rv == "0" => Some(500),
             None => None,
-        };
+        }
+    }
+
+    /// Pages through one full list at `rv`, `limit` items a page (client-go's pager). If a
+    /// continue token has expired, lists once more in full at `rv`; the result still counts
+    /// as paginated.
+    async fn list_pages(&mut self, rv: &str, limit: Option<u32>) -> Result<Listed<K>> {
         let version = (!rv.is_empty()).then(|| rv.to_owned());
         let mut options = ListOptions {
             resource_version: version.clone(),

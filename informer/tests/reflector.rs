@@ -256,6 +256,54 @@ async fn run_with(
     (store, traces)
 }
 
+/// The traces that show the order of attempts and waits, in short.
+fn timeline(traces: &[Trace]) -> Vec<String> {
+    traces
+        .iter()
+        .filter_map(|t| match t {
+            Trace::StreamListStarted { resource_version } => Some(format!(
+                "stream-list from {}",
+                resource_version.as_deref().unwrap_or("-")
+            )),
+            Trace::StreamListFailed { fallback, .. } => Some(
+                if *fallback {
+                    "stream-list failed: fall back to list"
+                } else {
+                    "stream-list failed: retry"
+                }
+                .to_owned(),
+            ),
+            Trace::ListPage {
+                resource_version, ..
+            } => Some(format!(
+                "list from {}",
+                resource_version.as_deref().unwrap_or("-")
+            )),
+            Trace::Listed {
+                resource_version, ..
+            } => Some(format!("listed @{resource_version}")),
+            Trace::ListFailed { from_scratch, .. } => Some(
+                if *from_scratch {
+                    "list failed: at once from scratch"
+                } else {
+                    "list failed"
+                }
+                .to_owned(),
+            ),
+            Trace::WatchStarted {
+                resource_version, ..
+            } => Some(format!("watch from {resource_version}")),
+            Trace::WatchEnded { reason, .. } => Some(format!("watch ended: {reason:?}")),
+            Trace::Backoff { .. } => Some("backoff".to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stream_list_from(rv: Option<&str>) -> Option<(Option<String>, bool)> {
+    Some((rv.map(str::to_owned), true))
+}
+
 // === tests ===
 
 #[tokio::test(start_paused = true)]
@@ -292,24 +340,46 @@ async fn gone_in_the_watch_relists_at_the_last_version_and_gone_on_that_list_rel
             Step::Fail(ErrorKind::Gone),
         ])),
         Reply::List(Err(fail(ErrorKind::Gone))),
+        Reply::List(Err(fail(ErrorKind::Other))),
         page(&["a", "z"], "40", None),
     ]);
     let (store, traces) = run(&script, no_watch_list()).await;
     let calls = script.calls();
     assert_eq!(calls[0], list(Some("0"), Some(500), None));
     assert_eq!(watch_from(&calls[1]), plain_watch("10"));
-    // Relist at the last version seen, no limit, so the watch cache can serve it ...
-    assert_eq!(calls[2], list(Some("15"), None, None));
-    // ... and after a 410 on that list, a consistent read, in pages.
-    assert_eq!(calls[3], list(None, Some(500), None));
-    assert_eq!(watch_from(&calls[4]), plain_watch("40"));
+    assert_eq!(
+        calls[2..5],
+        [
+            // Relist at the last version seen, no limit, so the watch cache can serve it ...
+            list(Some("15"), None, None),
+            // ... and after a 410 on that list, at once a consistent read, with the page
+            // size of the list it retries (client-go's pager is reused) ...
+            list(None, None, None),
+            // ... and after that failed too and the backoff, a new list from scratch, which
+            // pages as every "" list does.
+            list(None, Some(500), None),
+        ]
+    );
+    assert_eq!(watch_from(&calls[5]), plain_watch("40"));
     assert_eq!(
         store.ops(),
         ["replace [a] @10", "update a", "replace [a,z] @40"]
     );
-    assert!(
-        traces.iter().any(|t| matches!(t, Trace::Backoff { .. })),
-        "relist after a backoff"
+    assert_eq!(
+        timeline(&traces),
+        [
+            "list from 0",
+            "listed @10",
+            "watch from 10",
+            "watch ended: Gone",
+            "backoff",
+            "list failed: at once from scratch",
+            "list failed",
+            "backoff",
+            "list from -",
+            "listed @40",
+            "watch from 40",
+        ]
     );
 }
 
@@ -637,46 +707,6 @@ async fn watch_list_closed_before_its_bookmark_is_tried_again_from_scratch() {
         !traces.iter().any(|t| matches!(t, Trace::Backoff { .. })),
         "tried again at once: {traces:?}"
     );
-}
-
-/// The traces that show the order of attempts and waits, in short.
-fn timeline(traces: &[Trace]) -> Vec<String> {
-    traces
-        .iter()
-        .filter_map(|t| match t {
-            Trace::StreamListStarted { resource_version } => Some(format!(
-                "stream-list from {}",
-                resource_version.as_deref().unwrap_or("-")
-            )),
-            Trace::StreamListFailed { fallback, .. } => Some(
-                if *fallback {
-                    "stream-list failed: fall back to list"
-                } else {
-                    "stream-list failed: retry"
-                }
-                .to_owned(),
-            ),
-            Trace::ListPage {
-                resource_version, ..
-            } => Some(format!(
-                "list from {}",
-                resource_version.as_deref().unwrap_or("-")
-            )),
-            Trace::Listed {
-                resource_version, ..
-            } => Some(format!("listed @{resource_version}")),
-            Trace::WatchStarted {
-                resource_version, ..
-            } => Some(format!("watch from {resource_version}")),
-            Trace::WatchEnded { reason, .. } => Some(format!("watch ended: {reason:?}")),
-            Trace::Backoff { .. } => Some("backoff".to_owned()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn stream_list_from(rv: Option<&str>) -> Option<(Option<String>, bool)> {
-    Some((rv.map(str::to_owned), true))
 }
 
 #[tokio::test(start_paused = true)]
