@@ -33,6 +33,13 @@
 //!
 //! Every wait between attempts comes from [`Backoff`]: 0.8 s doubling to 30 s, jittered,
 //! reset after two minutes.
+//!
+//! A *watch phase* runs from a completed list (or streaming list) to the decision to list
+//! again. Its resync timer, client-go's resync goroutine, fires every
+//! [`ReflectorOptions::resync_period`] whatever the phase is awaiting: a watch request, an
+//! event, or the backoff before a re-watch. Each such await is polled to its end next to the
+//! timer, never dropped for it. The timer stops when the reflector relists and restarts,
+//! a full period later, when that list completes.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -71,7 +78,10 @@ pub trait ReflectorStore<K>: Send + Sync {
 pub struct ReflectorOptions {
     /// A name for logs and traces, e.g. `configmaps`.
     pub name: String,
-    /// Call [`ReflectorStore::resync`] this often while watching; `None` never.
+    /// Call [`ReflectorStore::resync`] this often during each watch phase; `None` never.
+    /// As in client-go, the timer starts when a list completes and runs until the reflector
+    /// decides to list again, through watch requests, their backoffs and re-watches; it is
+    /// stopped during a relist and the backoff before it.
     pub resync_period: Option<Duration>,
     /// Items per LIST page; `None` follows client-go's rule: 500 for `"0"` and `""` lists,
     /// no limit for lists at a version (so the watch cache can serve them) nor for their
@@ -200,10 +210,9 @@ pub struct Reflector<K, LW: ListerWatcher<K>, S> {
     paginated: bool,
     backoff: Backoff,
     jitter: Jitter,
-    next_resync: Option<Instant>,
-    on_trace: Option<Hook<Trace>>,
+    resync: ResyncTimer,
+    tracer: Tracer,
     on_error: Option<Hook<Error>>,
-    should_resync: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
     _kind: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -222,9 +231,10 @@ enum State<St> {
     StreamList,
     /// Watch from the last version (or go on with a stream handed over). Closed normally →
     /// `Watch` again; 429/refused → `Wait`, then `Watch`; 410, too short or other errors →
-    /// `Wait`, then `Start`.
+    /// `Wait`, then `Start`, which ends the watch phase and stops the resync timer.
     Watch(Option<St>),
-    /// Sleep the next backoff delay, then go to the state inside.
+    /// Sleep the next backoff delay, then go to the state inside. Before a re-watch the
+    /// resync timer keeps firing meanwhile; before a relist it is stopped.
     Wait(Box<State<St>>),
 }
 
@@ -241,24 +251,30 @@ where
         Reflector {
             lister_watcher,
             store,
-            options,
             last_sync: Arc::default(),
             scratch_version: String::new(),
             version_unavailable: false,
             paginated: false,
             backoff: Backoff::default(),
             jitter: Jitter::new(),
-            next_resync: None,
-            on_trace: None,
+            resync: ResyncTimer {
+                period: options.resync_period,
+                should: None,
+                due: None,
+            },
+            tracer: Tracer {
+                name: options.name.clone(),
+                hook: None,
+            },
+            options,
             on_error: None,
-            should_resync: None,
             _kind: std::marker::PhantomData,
         }
     }
 
     /// Calls `hook` with every step the reflector takes.
     pub fn on_trace(mut self, hook: impl Fn(&Trace) + Send + Sync + 'static) -> Self {
-        self.on_trace = Some(Arc::new(hook));
+        self.tracer.hook = Some(Arc::new(hook));
         self
     }
 
@@ -271,7 +287,7 @@ where
 
     /// Resyncs only when `should` answers true (client-go's `ShouldResync`).
     pub fn should_resync(mut self, should: impl Fn() -> bool + Send + Sync + 'static) -> Self {
-        self.should_resync = Some(Arc::new(should));
+        self.resync.should = Some(Arc::new(should));
         self
     }
 
@@ -318,7 +334,9 @@ where
             State::Wait(then) => {
                 let delay = self.backoff.step(Instant::now(), self.jitter.next_f64());
                 self.trace(Trace::Backoff { delay });
-                tokio::time::sleep(delay).await;
+                // Within a watch phase (before a re-watch) the resync timer goes on.
+                let sleep = tokio::time::sleep(delay);
+                self.resync.around(&self.store, &self.tracer, sleep).await;
                 *then
             }
         }
@@ -583,7 +601,8 @@ where
                     resource_version: from.clone(),
                     timeout_seconds,
                 });
-                match self.lister_watcher.watch(&options).await {
+                let request = self.lister_watcher.watch(&options);
+                match self.resync.around(&self.store, &self.tracer, request).await {
                     Ok(stream) => stream,
                     Err(e) => {
                         return match e.kind() {
@@ -593,7 +612,7 @@ where
                             }
                             _ => {
                                 self.report(&e);
-                                State::Wait(Box::new(State::Start))
+                                self.relist()
                             }
                         };
                     }
@@ -606,20 +625,10 @@ where
         let started = Instant::now();
         let mut events = 0usize;
         loop {
-            let next = match (self.options.resync_period, self.next_resync) {
-                (Some(period), Some(at)) => tokio::select! {
-                    next = stream.next() => next,
-                    () = tokio::time::sleep_until(at) => {
-                        self.next_resync = Some(at + period);
-                        if self.should_resync.as_ref().is_none_or(|should| should()) {
-                            self.trace(Trace::Resync);
-                            self.store.resync();
-                        }
-                        continue;
-                    }
-                },
-                _ => stream.next().await,
-            };
+            let next = self
+                .resync
+                .around(&self.store, &self.tracer, stream.next())
+                .await;
             let (end, then) = match next {
                 Some(Ok(event)) => {
                     events += 1;
@@ -629,22 +638,19 @@ where
                 None if events == 0 && started.elapsed() < VERY_SHORT_WATCH => {
                     let e = very_short_watch();
                     self.report(&e);
-                    (WatchEnd::TooShort, State::Wait(Box::new(State::Start)))
+                    (WatchEnd::TooShort, self.relist())
                 }
                 None => (WatchEnd::Closed, State::Watch(None)),
                 Some(Err(e)) => match e.kind() {
                     // Relist at the last version after the backoff; client-go does not report it.
-                    ErrorKind::Gone => (WatchEnd::Gone, State::Wait(Box::new(State::Start))),
+                    ErrorKind::Gone => (WatchEnd::Gone, self.relist()),
                     ErrorKind::TooManyRequests => (
                         WatchEnd::TooManyRequests,
                         State::Wait(Box::new(State::Watch(None))),
                     ),
                     _ => {
                         self.report(&e);
-                        (
-                            WatchEnd::Error(e.to_string()),
-                            State::Wait(Box::new(State::Start)),
-                        )
+                        (WatchEnd::Error(e.to_string()), self.relist())
                     }
                 },
             };
@@ -697,10 +703,18 @@ where
         }
     }
 
-    /// Records a completed sync at `resource_version` and arms the resync timer.
+    /// Records a completed sync at `resource_version`; a watch phase begins, and with it
+    /// the resync timer.
     fn synced(&mut self, resource_version: &str) {
         *self.last_sync.lock() = resource_version.to_owned();
-        self.next_resync = self.options.resync_period.map(|p| Instant::now() + p);
+        self.resync.start();
+    }
+
+    /// Ends the watch phase: the resync timer stops, and after a backoff the reflector
+    /// lists again.
+    fn relist(&mut self) -> State<LW::Stream> {
+        self.resync.stop();
+        State::Wait(Box::new(State::Start))
     }
 
     /// A watch timeout in `[min, 2·min)` seconds, so watches do not all end together.
@@ -710,16 +724,80 @@ where
     }
 
     fn trace(&self, t: Trace) {
-        tracing::debug!(reflector = %self.options.name, ?t);
-        if let Some(hook) = &self.on_trace {
-            hook(&t);
-        }
+        self.tracer.emit(t);
     }
 
     fn report(&self, e: &Error) {
         tracing::warn!(reflector = %self.options.name, error = %e, "list and watch failed");
         if let Some(hook) = &self.on_error {
             hook(e);
+        }
+    }
+}
+
+/// Where traces go: the log, and the hook if one is set.
+struct Tracer {
+    name: String,
+    hook: Option<Hook<Trace>>,
+}
+
+impl Tracer {
+    fn emit(&self, t: Trace) {
+        tracing::debug!(reflector = %self.name, ?t);
+        if let Some(hook) = &self.hook {
+            hook(&t);
+        }
+    }
+}
+
+/// client-go's resync goroutine (`startResync`) as a timer that the watch phase polls
+/// alongside whatever it awaits.
+struct ResyncTimer {
+    /// [`ReflectorOptions::resync_period`]; `None` never resyncs.
+    period: Option<Duration>,
+    /// client-go's `ShouldResync`; `None` always resyncs.
+    should: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+    /// When the next resync is due. `Some` only within a watch phase: from the list that
+    /// began it (`start`) to the decision to list again (`stop`).
+    due: Option<Instant>,
+}
+
+impl ResyncTimer {
+    /// Arms the timer a period from now.
+    fn start(&mut self) {
+        self.due = self.period.map(|period| Instant::now() + period);
+    }
+
+    fn stop(&mut self) {
+        self.due = None;
+    }
+
+    /// Awaits `work` to its end, resyncing `store` whenever the timer falls due meanwhile.
+    /// `work` is never dropped early, so it need not be cancel safe.
+    async fn around<K, T>(
+        &mut self,
+        store: &impl ReflectorStore<K>,
+        tracer: &Tracer,
+        work: impl Future<Output = T>,
+    ) -> T {
+        let mut work = std::pin::pin!(work);
+        loop {
+            let Some(due) = self.due else {
+                return work.await;
+            };
+            tokio::select! {
+                biased;
+                out = &mut work => return out,
+                () = tokio::time::sleep_until(due) => {
+                    if self.should.as_ref().is_none_or(|should| should()) {
+                        tracer.emit(Trace::Resync);
+                        store.resync();
+                    }
+                    // As client-go's fresh timer: a full period after this resync, so a
+                    // late timer never fires in a burst.
+                    self.start();
+                }
+            }
         }
     }
 }

@@ -23,6 +23,8 @@ enum Reply {
     List(Result<ListPage<ConfigMap>>),
     /// A watch that yields these steps, then closes.
     Watch(Result<Vec<Step>>),
+    /// This reply, after the request has hung this long.
+    Delayed(Duration, Box<Reply>),
 }
 
 /// One step of a scripted watch stream.
@@ -62,10 +64,20 @@ impl Script {
     fn done(&self) -> bool {
         self.replies.lock().is_empty()
     }
+
+    async fn after_any_delay(reply: Option<Reply>) -> Option<Reply> {
+        match reply {
+            Some(Reply::Delayed(d, reply)) => {
+                tokio::time::sleep(d).await;
+                Some(*reply)
+            }
+            other => other,
+        }
+    }
 }
 
-/// A scripted watch. Cancel safe, as the reflector requires: a pause survives a dropped
-/// `next` as a deadline.
+/// A scripted watch. Cancel safe, though the reflector no longer needs it: a pause survives
+/// a dropped `next` as a deadline.
 struct ScriptedStream {
     steps: VecDeque<Step>,
     paused_until: Option<tokio::time::Instant>,
@@ -95,11 +107,12 @@ impl ListerWatcher<ConfigMap> for Script {
     async fn list(&self, options: &ListOptions) -> Result<ListPage<ConfigMap>> {
         self.calls.lock().push(Call::List(options.clone()));
         let reply = self.replies.lock().pop_front();
-        match reply {
+        match Script::after_any_delay(reply).await {
             Some(Reply::List(r)) => r,
             Some(Reply::Watch(_)) => {
                 panic!("the reflector listed ({options:?}) where the script expects a watch")
             }
+            Some(Reply::Delayed(..)) => unreachable!("delays are taken off"),
             None => std::future::pending().await,
         }
     }
@@ -107,7 +120,7 @@ impl ListerWatcher<ConfigMap> for Script {
     async fn watch(&self, options: &WatchOptions) -> Result<ScriptedStream> {
         self.calls.lock().push(Call::Watch(options.clone()));
         let reply = self.replies.lock().pop_front();
-        match reply {
+        match Script::after_any_delay(reply).await {
             Some(Reply::Watch(r)) => r.map(|steps| ScriptedStream {
                 steps: steps.into(),
                 paused_until: None,
@@ -115,6 +128,7 @@ impl ListerWatcher<ConfigMap> for Script {
             Some(Reply::List(_)) => {
                 panic!("the reflector watched ({options:?}) where the script expects a list")
             }
+            Some(Reply::Delayed(..)) => unreachable!("delays are taken off"),
             None => std::future::pending().await,
         }
     }
@@ -295,6 +309,7 @@ fn timeline(traces: &[Trace]) -> Vec<String> {
             } => Some(format!("watch from {resource_version}")),
             Trace::WatchEnded { reason, .. } => Some(format!("watch ended: {reason:?}")),
             Trace::Backoff { .. } => Some("backoff".to_owned()),
+            Trace::Resync => Some("resync".to_owned()),
             _ => None,
         })
         .collect()
@@ -865,6 +880,68 @@ async fn resync_runs_every_period_while_watching_when_allowed() {
     tokio::time::sleep(Duration::from_secs(95)).await;
     handle.abort();
     assert_eq!(store.ops(), ["replace [a] @10"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resync_goes_on_through_watch_requests_and_their_backoffs() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        // A watch request the server sits on for a minute.
+        Reply::Delayed(
+            Duration::from_secs(60),
+            Box::new(Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(
+                100,
+            ))]))),
+        ),
+    ]);
+    let options = ReflectorOptions {
+        resync_period: Some(Duration::from_secs(2)),
+        ..no_watch_list()
+    };
+    // The script ends when the last request is made; stop 9 s into it.
+    let (_, traces) = run_with(&script, options, Duration::from_secs(9)).await;
+    let timeline = timeline(&traces);
+    // The backoffs after 429 (0.8 s, 1.6 s, 3.2 s, each stretched up to double) last
+    // longer than the period: the store resyncs during them.
+    let backoffs = || timeline.iter().enumerate().filter(|(_, t)| *t == "backoff");
+    assert!(
+        backoffs().any(|(i, _)| timeline[i + 1] == "resync"),
+        "{timeline:?}"
+    );
+    // And during the hanging request: every 2 s for 9 s.
+    let last_watch = timeline.iter().rposition(|t| t.starts_with("watch from"));
+    let hanging = &timeline[last_watch.unwrap() + 1..];
+    assert!(
+        hanging.len() >= 4 && hanging.iter().all(|t| t == "resync"),
+        "{timeline:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resync_stops_while_relisting_and_restarts_a_period_after_the_list() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![
+            Step::Pause(Duration::from_secs(40)),
+            Step::Fail(ErrorKind::Other),
+        ])),
+        // The relist hangs for 100 s: as in client-go, no resync meanwhile.
+        Reply::Delayed(Duration::from_secs(100), Box::new(page(&["a"], "20", None))),
+        Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(100))])),
+    ]);
+    let options = ReflectorOptions {
+        resync_period: Some(Duration::from_secs(30)),
+        ..no_watch_list()
+    };
+    // Stop 25 s after the relist: before the first resync of the new watch phase.
+    let (store, _) = run_with(&script, options, Duration::from_secs(25)).await;
+    assert_eq!(
+        store.ops(),
+        ["replace [a] @10", "resync", "replace [a] @20"]
+    );
 }
 
 #[tokio::test(start_paused = true)]
