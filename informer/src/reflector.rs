@@ -40,6 +40,19 @@
 //! event, or the backoff before a re-watch. Each such await is polled to its end next to the
 //! timer, never dropped for it. The timer stops when the reflector relists and restarts,
 //! a full period later, when that list completes.
+//!
+//! The watch error handler ([`Reflector::on_watch_error`]) hears what client-go's
+//! `ListAndWatch` returns to its handler: a LIST that failed (after any retry from scratch)
+//! and a watch request that failed other than with 429 or a refused connection. What the
+//! reflector gets over by itself is only logged, as in client-go: a streaming list that falls
+//! back to LIST, and every end of a running watch (410, a very short watch, a broken stream,
+//! an error event).
+//!
+//! One deliberate difference: an [`ErrorKind::Stream`] inside a running watch relists.
+//! client-go relists after an undecodable frame too, but its decoder reports a connection
+//! that broke off as a normal close, after which it only watches again. The kind covers both
+//! cases, so the reflector takes the safe one; the relist asks for the last version, which
+//! the watch cache serves.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -278,8 +291,11 @@ where
         self
     }
 
-    /// Calls `hook` with every error that ends a list or a watch (client-go's watch error
-    /// handler). The reflector goes on regardless.
+    /// Calls `hook` with every error that ends a list-and-watch round before its watch
+    /// runs: a failed LIST, or a failed watch request other than 429 or a refused
+    /// connection (client-go's watch error handler). Errors the reflector gets over by
+    /// itself (a running watch that ends, a streaming list that falls back to LIST) are
+    /// only logged, as in client-go. The reflector goes on regardless.
     pub fn on_watch_error(mut self, hook: impl Fn(&Error) + Send + Sync + 'static) -> Self {
         self.on_error = Some(Arc::new(hook));
         self
@@ -570,7 +586,12 @@ where
                         State::StreamList
                     }
                     _ => {
-                        self.report(&e);
+                        // As in client-go, logged only: the LIST that follows makes progress,
+                        // and the handler hears of it if it fails as well.
+                        tracing::warn!(
+                            reflector = %self.options.name, error = %e,
+                            "streaming list failed; falling back to LIST"
+                        );
                         State::List
                     }
                 };
@@ -587,6 +608,9 @@ where
     /// Watches until the stream ends, and decides what comes next.
     async fn watch(&mut self, stream: Option<LW::Stream>) -> State<LW::Stream> {
         let from = self.last_sync.lock().clone();
+        // As in client-go, the clock starts before the request: some proxies send the
+        // response headers only with the first event.
+        let started = Instant::now();
         let mut stream = match stream {
             Some(stream) => stream,
             None => {
@@ -622,7 +646,6 @@ where
         // Synthetic ADDED events of a watch from "" or "0" are not in version order: only
         // later events move the version on.
         let unordered_start = from.is_empty() || from == "0";
-        let started = Instant::now();
         let mut events = 0usize;
         loop {
             let next = self
@@ -636,20 +659,23 @@ where
                     continue;
                 }
                 None if events == 0 && started.elapsed() < VERY_SHORT_WATCH => {
-                    let e = very_short_watch();
-                    self.report(&e);
+                    self.log_watch_end(&very_short_watch());
                     (WatchEnd::TooShort, self.relist())
                 }
                 None => (WatchEnd::Closed, State::Watch(None)),
                 Some(Err(e)) => match e.kind() {
-                    // Relist at the last version after the backoff; client-go does not report it.
-                    ErrorKind::Gone => (WatchEnd::Gone, self.relist()),
+                    // Relist at the last version after the backoff: a LIST at a version is
+                    // at least as new as it, so nothing is lost.
+                    ErrorKind::Gone => {
+                        tracing::debug!(reflector = %self.options.name, error = %e, "watch closed");
+                        (WatchEnd::Gone, self.relist())
+                    }
                     ErrorKind::TooManyRequests => (
                         WatchEnd::TooManyRequests,
                         State::Wait(Box::new(State::Watch(None))),
                     ),
                     _ => {
-                        self.report(&e);
+                        self.log_watch_end(&e);
                         (WatchEnd::Error(e.to_string()), self.relist())
                     }
                 },
@@ -727,6 +753,14 @@ where
         self.tracer.emit(t);
     }
 
+    /// An error inside a running watch: logged, not reported (client-go's `watch` returns
+    /// nil for these); the reflector relists.
+    fn log_watch_end(&self, e: &Error) {
+        tracing::warn!(reflector = %self.options.name, error = %e, "watch ended with error");
+    }
+
+    /// An error that ended a list-and-watch round before its watch ran: logged, and handed
+    /// to the watch error handler.
     fn report(&self, e: &Error) {
         tracing::warn!(reflector = %self.options.name, error = %e, "list and watch failed");
         if let Some(hook) = &self.on_error {

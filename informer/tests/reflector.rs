@@ -247,11 +247,26 @@ async fn run_with(
     options: ReflectorOptions,
     after: Duration,
 ) -> (Recorder, Vec<Trace>) {
+    let ran = run_full(script, options, after).await;
+    (ran.store, ran.traces)
+}
+
+/// What a run left behind.
+struct Ran {
+    store: Recorder,
+    traces: Vec<Trace>,
+    /// What the watch error handler heard.
+    errors: Vec<ErrorKind>,
+}
+
+async fn run_full(script: &Script, options: ReflectorOptions, after: Duration) -> Ran {
     let store = Recorder::default();
     let traces = Arc::new(Mutex::new(Vec::new()));
-    let t = traces.clone();
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let (t, e) = (traces.clone(), errors.clone());
     let reflector = Reflector::new(script.clone(), store.clone(), options)
-        .on_trace(move |trace| t.lock().push(trace.clone()));
+        .on_trace(move |trace| t.lock().push(trace.clone()))
+        .on_watch_error(move |error| e.lock().push(error.kind()));
     let handle = tokio::spawn(reflector.run(std::future::pending()));
     // Every wait is on paused time: polling advances the clock only when all is idle.
     let mut idle = 0;
@@ -267,7 +282,12 @@ async fn run_with(
     tokio::time::sleep(after).await;
     handle.abort();
     let traces = traces.lock().clone();
-    (store, traces)
+    let errors = errors.lock().clone();
+    Ran {
+        store,
+        traces,
+        errors,
+    }
 }
 
 /// The traces that show the order of attempts and waits, in short.
@@ -601,27 +621,10 @@ async fn a_watch_ending_at_once_without_events_is_too_short_and_relists() {
         Reply::Watch(Ok(vec![])),
         page(&["a"], "12", None),
     ]);
-    let errors = Arc::new(Mutex::new(Vec::new()));
-    let (store, traces) = {
-        let e = errors.clone();
-        let store = Recorder::default();
-        let traces = Arc::new(Mutex::new(Vec::new()));
-        let t = traces.clone();
-        let reflector = Reflector::new(script.clone(), store.clone(), no_watch_list())
-            .on_trace(move |x| t.lock().push(x.clone()))
-            .on_watch_error(move |err| e.lock().push(err.to_string()));
-        let handle = tokio::spawn(reflector.run(std::future::pending()));
-        while !script.done() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        handle.abort();
-        let traces = traces.lock().clone();
-        (store, traces)
-    };
+    let ran = run_full(&script, no_watch_list(), Duration::from_secs(1)).await;
     assert_eq!(script.calls()[2], list(Some("10"), None, None));
-    assert_eq!(store.ops(), ["replace [a] @10", "replace [a] @12"]);
-    assert!(traces.iter().any(|t| matches!(
+    assert_eq!(ran.store.ops(), ["replace [a] @10", "replace [a] @12"]);
+    assert!(ran.traces.iter().any(|t| matches!(
         t,
         Trace::WatchEnded {
             reason: informer::WatchEnd::TooShort,
@@ -629,10 +632,67 @@ async fn a_watch_ending_at_once_without_events_is_too_short_and_relists() {
         }
     )));
     assert_eq!(
-        errors.lock().len(),
-        1,
-        "the watch error handler hears of it"
+        ran.errors,
+        [],
+        "as in client-go, a very short watch is logged, not reported"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_that_took_a_second_to_open_and_closed_at_once_is_not_too_short() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        // As in client-go, the clock starts before the request: some proxies send the
+        // headers only with the first event.
+        Reply::Delayed(Duration::from_secs(2), Box::new(Reply::Watch(Ok(vec![])))),
+        Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(5))])),
+    ]);
+    run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    assert_eq!(watch_from(&calls[1]), plain_watch("10"));
+    // Closed normally: watched again, no relist.
+    assert_eq!(watch_from(&calls[2]), plain_watch("10"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_watch_error_handler_hears_failed_lists_and_watch_requests_only() {
+    let script = Script::new(vec![
+        // Heard: the LIST failed.
+        Reply::List(Err(fail(ErrorKind::InternalError))),
+        page(&["a"], "10", None),
+        // Not heard: throttled, the watch is tried again.
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        // Heard: the WATCH request failed.
+        Reply::Watch(Err(fail(ErrorKind::Other))),
+        page(&["a"], "11", None),
+        // Not heard: errors inside a running watch, and a very short one. Each relists.
+        Reply::Watch(Ok(vec![Step::Fail(ErrorKind::Stream)])),
+        page(&["a"], "12", None),
+        Reply::Watch(Ok(vec![Step::Fail(ErrorKind::Gone)])),
+        page(&["a"], "13", None),
+        Reply::Watch(Ok(vec![Step::Fail(ErrorKind::InternalError)])),
+        page(&["a"], "14", None),
+        Reply::Watch(Ok(vec![])),
+        page(&["a"], "15", None),
+        Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(5))])),
+    ]);
+    let ran = run_full(&script, no_watch_list(), Duration::from_secs(10)).await;
+    assert_eq!(ran.errors, [ErrorKind::InternalError, ErrorKind::Other]);
+    assert_eq!(ran.store.ops().len(), 6, "{:?}", ran.store.ops());
+
+    // With WatchList: a streaming list that falls back to LIST is not heard; the LIST is.
+    let script = Script::new(vec![
+        Reply::Watch(Err(fail(ErrorKind::Other))),
+        Reply::List(Err(fail(ErrorKind::InternalError))),
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Added(cm("a", "5"))),
+            Step::Fail(ErrorKind::Stream),
+        ])),
+        page(&["a"], "10", None),
+    ]);
+    let ran = run_full(&script, ReflectorOptions::default(), Duration::from_secs(1)).await;
+    assert_eq!(ran.errors, [ErrorKind::InternalError]);
+    assert_eq!(ran.store.ops(), ["replace [a] @10"]);
 }
 
 #[tokio::test(start_paused = true)]
