@@ -134,8 +134,8 @@ pub trait EventStream<K>: Send {
     ///
     /// # Cancel safety
     ///
-    /// Must be cancel safe: the reflector drops a pending `next` when its resync timer fires,
-    /// and calls it again; no event may be lost.
+    /// Need not be cancel safe: the reflector polls each `next` to its end (its resync timer
+    /// fires beside it) and drops a pending one only when it stops, with the stream.
     fn next(&mut self) -> impl Future<Output = Option<Result<WatchEvent<K>>>> + Send;
 }
 

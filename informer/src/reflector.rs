@@ -6,26 +6,53 @@
 //! The reflector is a state machine, [`State`], moved by one function, `step`:
 //!
 //! ```text
-//!            ┌──────── Start ────────┐
-//!   WatchList│ on                    │ off
-//!            ▼                       ▼
-//!       StreamList ──fallback──▶   List ──error──▶ Wait ─▶ Start
-//!            │ initial-events-end    │ Replace
-//!            ▼ bookmark: Replace     ▼
-//!         Watch (reuse stream) ◀── Watch ◀─────────────────────┐
-//!            │ closed normally: re-watch from the last RV ─────┘
-//!            │ 429 / refused: Wait, then re-watch
-//!            └ 410, too short, errors: Wait, then Start (relist)
+//!                      ┌─────────── Start ───────────┐
+//!            WatchList │ on                      off │
+//!                      ▼                             ▼
+//!  ┌─── at once ─── StreamList ── other errors ──▶ List ── error ──▶ Wait ─▶ Start
+//!  │ 410, too large,   ▲ │ │ 429, refused:             │ 410 / too large: once more
+//!  │ closed early      │ │ └─ Wait, then StreamList    │ at "", at once
+//!  └───────────────────┘ │ initial-events-end          │ Replace
+//!                        │ bookmark: Replace           │
+//!                        ▼                             ▼
+//!                     Watch (the same stream)       Watch (a new one) ◀──┐
+//!                        └───────────────┬─────────────┘                 │
+//!                                        │ closed normally: re-watch ────┘
+//!                                        │ 429, refused: Wait, then re-watch
+//!                                        └ 410, very short, errors: Wait, then Start
 //! ```
 //!
 //! The resourceVersion rules ([`Reflector::relist_resource_version`]): the first LIST asks
 //! for `"0"` (any cached state) with a limit of 500; a relist asks for the last version seen,
 //! without a limit, so the watch cache can answer; after a LIST answered 410 or "too large
-//! resource version", the next LIST asks for `""`, a consistent read. The pager follows
+//! resource version", a LIST at once asks for `""`, a consistent read, with the page size of
+//! the list it retries, and lists go on asking for `""` until one succeeds. The pager follows
 //! continue tokens with no version, and if a token has expired it lists once more in full.
+//! Once a `"0"` list came back in pages (a full list after an expired token included), every
+//! later list pages too: no watch cache serves the collection.
 //!
 //! Every wait between attempts comes from [`Backoff`]: 0.8 s doubling to 30 s, jittered,
 //! reset after two minutes.
+//!
+//! A *watch phase* runs from a completed list (or streaming list) to the decision to list
+//! again. Its resync timer, client-go's resync goroutine, fires every
+//! [`ReflectorOptions::resync_period`] whatever the phase is awaiting: a watch request, an
+//! event, or the backoff before a re-watch. Each such await is polled to its end next to the
+//! timer, never dropped for it. The timer stops when the reflector relists and restarts,
+//! a full period later, when that list completes.
+//!
+//! The watch error handler ([`Reflector::on_watch_error`]) hears what client-go's
+//! `ListAndWatch` returns to its handler: a LIST that failed (after any retry from scratch)
+//! and a watch request that failed other than with 429 or a refused connection. What the
+//! reflector gets over by itself is only logged, as in client-go: a streaming list that falls
+//! back to LIST, and every end of a running watch (410, a very short watch, a broken stream,
+//! an error event).
+//!
+//! One deliberate difference: an [`ErrorKind::Stream`] inside a running watch relists.
+//! client-go relists after an undecodable frame too, but its decoder reports a connection
+//! that broke off as a normal close, after which it only watches again. The kind covers both
+//! cases, so the reflector takes the safe one; the relist asks for the last version, which
+//! the watch cache serves.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -64,10 +91,14 @@ pub trait ReflectorStore<K>: Send + Sync {
 pub struct ReflectorOptions {
     /// A name for logs and traces, e.g. `configmaps`.
     pub name: String,
-    /// Call [`ReflectorStore::resync`] this often while watching; `None` never.
+    /// Call [`ReflectorStore::resync`] this often during each watch phase; `None` never.
+    /// As in client-go, the timer starts when a list completes and runs until the reflector
+    /// decides to list again, through watch requests, their backoffs and re-watches; it is
+    /// stopped during a relist and the backoff before it.
     pub resync_period: Option<Duration>,
     /// Items per LIST page; `None` follows client-go's rule: 500 for `"0"` and `""` lists,
-    /// no limit for lists at a version (so the watch cache can serve them).
+    /// no limit for lists at a version (so the watch cache can serve them) nor for their
+    /// retry from scratch, and 500 for every list once the server paged a `"0"` list.
     pub page_size: Option<u32>,
     /// Use streaming lists (WatchList, `sendInitialEvents`) and fall back to LIST when the
     /// server refuses them. On by default.
@@ -187,14 +218,14 @@ pub struct Reflector<K, LW: ListerWatcher<K>, S> {
     scratch_version: String,
     /// A LIST answered 410 or "too large": the next asks for a consistent read.
     version_unavailable: bool,
-    /// A `"0"` LIST came back in pages: keep paging.
+    /// A `"0"` LIST came back in pages (a continue token was followed, even if it then
+    /// expired and the pager listed in full): no watch cache serves it, so keep paging.
     paginated: bool,
     backoff: Backoff,
     jitter: Jitter,
-    next_resync: Option<Instant>,
-    on_trace: Option<Hook<Trace>>,
+    resync: ResyncTimer,
+    tracer: Tracer,
     on_error: Option<Hook<Error>>,
-    should_resync: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
     _kind: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -207,14 +238,16 @@ enum State<St> {
     List,
     /// Open a watch with `sendInitialEvents`, collect the initial events, replace the store
     /// at the initial-events-end bookmark. Success → `Watch` on the same stream;
-    /// 429/refused/410/closed early → `Wait`, then `StreamList` again; other errors →
-    /// `List` (the server does not do WatchList).
+    /// 429/refused → `Wait`, then `StreamList`; 410/too large → `StreamList` at once from
+    /// the latest state; closed before the bookmark → `StreamList` at once; a very short
+    /// stream, a broken one and other errors → `List`.
     StreamList,
     /// Watch from the last version (or go on with a stream handed over). Closed normally →
     /// `Watch` again; 429/refused → `Wait`, then `Watch`; 410, too short or other errors →
-    /// `Wait`, then `Start`.
+    /// `Wait`, then `Start`, which ends the watch phase and stops the resync timer.
     Watch(Option<St>),
-    /// Sleep the next backoff delay, then go to the state inside.
+    /// Sleep the next backoff delay, then go to the state inside. Before a re-watch the
+    /// resync timer keeps firing meanwhile; before a relist it is stopped.
     Wait(Box<State<St>>),
 }
 
@@ -231,29 +264,38 @@ where
         Reflector {
             lister_watcher,
             store,
-            options,
             last_sync: Arc::default(),
             scratch_version: String::new(),
             version_unavailable: false,
             paginated: false,
             backoff: Backoff::default(),
             jitter: Jitter::new(),
-            next_resync: None,
-            on_trace: None,
+            resync: ResyncTimer {
+                period: options.resync_period,
+                should: None,
+                due: None,
+            },
+            tracer: Tracer {
+                name: options.name.clone(),
+                hook: None,
+            },
+            options,
             on_error: None,
-            should_resync: None,
             _kind: std::marker::PhantomData,
         }
     }
 
     /// Calls `hook` with every step the reflector takes.
     pub fn on_trace(mut self, hook: impl Fn(&Trace) + Send + Sync + 'static) -> Self {
-        self.on_trace = Some(Arc::new(hook));
+        self.tracer.hook = Some(Arc::new(hook));
         self
     }
 
-    /// Calls `hook` with every error that ends a list or a watch (client-go's watch error
-    /// handler). The reflector goes on regardless.
+    /// Calls `hook` with every error that ends a list-and-watch round before its watch
+    /// runs: a failed LIST, or a failed watch request other than 429 or a refused
+    /// connection (client-go's watch error handler). Errors the reflector gets over by
+    /// itself (a running watch that ends, a streaming list that falls back to LIST) are
+    /// only logged, as in client-go. The reflector goes on regardless.
     pub fn on_watch_error(mut self, hook: impl Fn(&Error) + Send + Sync + 'static) -> Self {
         self.on_error = Some(Arc::new(hook));
         self
@@ -261,7 +303,7 @@ where
 
     /// Resyncs only when `should` answers true (client-go's `ShouldResync`).
     pub fn should_resync(mut self, should: impl Fn() -> bool + Send + Sync + 'static) -> Self {
-        self.should_resync = Some(Arc::new(should));
+        self.resync.should = Some(Arc::new(should));
         self
     }
 
@@ -302,35 +344,15 @@ where
             },
             State::StreamList => match self.stream_list().await {
                 Ok(stream) => State::Watch(Some(stream)),
-                Err(e) => {
-                    let retry = matches!(
-                        e.kind(),
-                        ErrorKind::TooManyRequests
-                            | ErrorKind::ConnectionRefused
-                            | ErrorKind::Gone
-                            | ErrorKind::TooLargeResourceVersion
-                            | ErrorKind::Stream
-                    );
-                    if e.is_version_unavailable() {
-                        self.version_unavailable = true;
-                    }
-                    self.trace(Trace::StreamListFailed {
-                        error: e.to_string(),
-                        fallback: !retry,
-                    });
-                    if retry {
-                        State::Wait(Box::new(State::StreamList))
-                    } else {
-                        self.report(&e);
-                        State::List
-                    }
-                }
+                Err(end) => self.after_stream_list(end),
             },
             State::Watch(stream) => self.watch(stream).await,
             State::Wait(then) => {
                 let delay = self.backoff.step(Instant::now(), self.jitter.next_f64());
                 self.trace(Trace::Backoff { delay });
-                tokio::time::sleep(delay).await;
+                // Within a watch phase (before a re-watch) the resync timer goes on.
+                let sleep = tokio::time::sleep(delay);
+                self.resync.around(&self.store, &self.tracer, sleep).await;
                 *then
             }
         }
@@ -353,50 +375,67 @@ where
     /// LIST every page and replace the store; once more from scratch if the version asked
     /// for is unavailable.
     async fn list(&mut self) -> Result<()> {
-        let result = match self.list_pages().await {
+        let rv = self.relist_resource_version();
+        // The page size is chosen once: the retry from scratch keeps it (client-go reuses its
+        // pager), so a relist at a version, unpaged for the watch cache, retries unpaged.
+        let limit = self.page_limit(&rv);
+        let result = match self.list_pages(&rv, limit).await {
             Err(e) if e.is_version_unavailable() => {
                 self.version_unavailable = true;
                 self.trace(Trace::ListFailed {
                     error: e.to_string(),
                     from_scratch: true,
                 });
-                self.list_pages().await
+                self.list_pages(&self.relist_resource_version(), limit)
+                    .await
             }
             other => other,
         };
-        let (items, resource_version) = result.inspect_err(|e| {
+        let listed = result.inspect_err(|e| {
             self.trace(Trace::ListFailed {
                 error: e.to_string(),
                 from_scratch: false,
             })
         })?;
+        // Only a "0" list says something about the server: a paged answer to it means no
+        // watch cache serves this collection, so later lists keep paging. A "" list is
+        // paged by etcd even when a watch cache exists.
+        if rv == "0" && listed.paginated {
+            self.paginated = true;
+        }
         self.version_unavailable = false;
         self.trace(Trace::Listed {
-            items: items.len(),
-            resource_version: resource_version.clone(),
+            items: listed.items.len(),
+            resource_version: listed.resource_version.clone(),
         });
-        self.store.replace(items, &resource_version);
-        self.synced(&resource_version);
+        self.store.replace(listed.items, &listed.resource_version);
+        self.synced(&listed.resource_version);
         Ok(())
     }
 
-    /// Pages through one full list at [`Reflector::relist_resource_version`].
-    async fn list_pages(&mut self) -> Result<(Vec<K>, String)> {
-        let rv = self.relist_resource_version();
-        let limit = match self.options.page_size {
+    /// The page size of a list at `rv`: the configured one; else 500 if the server paged a
+    /// `"0"` list before, or for `"0"` and `""`; else none, so the watch cache can answer.
+    fn page_limit(&self, rv: &str) -> Option<u32> {
+        match self.options.page_size {
             Some(size) => Some(size),
             None if self.paginated => Some(500),
             None if rv.is_empty() || rv == "0" => Some(500),
             None => None,
-        };
-        let version = (!rv.is_empty()).then(|| rv.clone());
+        }
+    }
+
+    /// Pages through one full list at `rv`, `limit` items a page (client-go's pager). If a
+    /// continue token has expired, lists once more in full at `rv`; the result still counts
+    /// as paginated.
+    async fn list_pages(&mut self, rv: &str, limit: Option<u32>) -> Result<Listed<K>> {
+        let version = (!rv.is_empty()).then(|| rv.to_owned());
         let mut options = ListOptions {
             resource_version: version.clone(),
             limit,
             continue_token: None,
         };
         let mut items = Vec::new();
-        let mut paged = false;
+        let mut paginated = false;
         loop {
             let page = match self.lister_watcher.list(&options).await {
                 Ok(page) => page,
@@ -404,7 +443,7 @@ where
                     // The continue token expired: one unpaginated list at the original version.
                     self.trace(Trace::FullListFallback);
                     let full = ListOptions {
-                        resource_version: version.clone(),
+                        resource_version: version,
                         limit: None,
                         continue_token: None,
                     };
@@ -415,7 +454,11 @@ where
                         continued: false,
                         items: page.items.len(),
                     });
-                    return Ok((page.items, page.resource_version));
+                    return Ok(Listed {
+                        items: page.items,
+                        resource_version: page.resource_version,
+                        paginated,
+                    });
                 }
                 Err(e) => return Err(e),
             };
@@ -432,7 +475,7 @@ where
             }
             match page.continue_token.filter(|t| !t.is_empty()) {
                 Some(token) => {
-                    paged = true;
+                    paginated = true;
                     // Later pages carry the token, and no version: it is in the token.
                     options = ListOptions {
                         resource_version: None,
@@ -441,10 +484,11 @@ where
                     };
                 }
                 None => {
-                    if paged && rv == "0" {
-                        self.paginated = true;
-                    }
-                    return Ok((items, page.resource_version));
+                    return Ok(Listed {
+                        items,
+                        resource_version: page.resource_version,
+                        paginated,
+                    });
                 }
             }
         }
@@ -453,7 +497,7 @@ where
     /// A streaming list: the initial events into a temporary map (kept in arrival order, so
     /// `replace` sees the objects as the server sent them), then `replace` at the
     /// initial-events-end bookmark. Returns the stream, which goes on as a normal watch.
-    async fn stream_list(&mut self) -> Result<LW::Stream> {
+    async fn stream_list(&mut self) -> Result<LW::Stream, StreamListEnd> {
         let version = {
             let last = self.last_sync.lock();
             (!self.version_unavailable && !last.is_empty()).then(|| last.clone())
@@ -467,13 +511,29 @@ where
             allow_bookmarks: true,
             send_initial_events: true,
         };
-        let mut stream = self.lister_watcher.watch(&options).await?;
+        // As in client-go, the clock starts before the request.
+        let started = Instant::now();
+        let mut stream = self
+            .lister_watcher
+            .watch(&options)
+            .await
+            .map_err(StreamListEnd::Failed)?;
         // The initial state in arrival order: a slot per key, emptied by a deletion.
         let mut slots: HashMap<Key, usize> = HashMap::new();
         let mut initial: Vec<Option<K>> = Vec::new();
+        let mut events = 0usize;
         loop {
-            match stream.next().await {
-                Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
+            let event = match stream.next().await {
+                Some(Ok(event)) => event,
+                Some(Err(e)) => return Err(StreamListEnd::Failed(e)),
+                None if events == 0 && started.elapsed() < VERY_SHORT_WATCH => {
+                    return Err(StreamListEnd::Failed(very_short_watch()));
+                }
+                None => return Err(StreamListEnd::ClosedEarly),
+            };
+            events += 1;
+            match event {
+                WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
                     match slots.entry(key_of(&obj)) {
                         Entry::Occupied(slot) => initial[*slot.get()] = Some(obj),
                         Entry::Vacant(slot) => {
@@ -482,15 +542,15 @@ where
                         }
                     }
                 }
-                Some(Ok(WatchEvent::Deleted(obj))) => {
+                WatchEvent::Deleted(obj) => {
                     if let Some(i) = slots.remove(&key_of(&obj)) {
                         initial[i] = None;
                     }
                 }
-                Some(Ok(WatchEvent::Bookmark {
+                WatchEvent::Bookmark {
                     resource_version,
                     initial_events_end: true,
-                })) => {
+                } => {
                     let items: Vec<K> = initial.into_iter().flatten().collect();
                     self.version_unavailable = false;
                     self.trace(Trace::Listed {
@@ -501,21 +561,56 @@ where
                     self.synced(&resource_version);
                     return Ok(stream);
                 }
-                Some(Ok(WatchEvent::Bookmark { .. })) => {}
-                Some(Err(e)) => return Err(e),
-                None => {
-                    return Err(Error::new(
-                        ErrorKind::Stream,
-                        "the watch closed before the initial-events-end bookmark",
-                    ));
-                }
+                WatchEvent::Bookmark { .. } => {}
             }
         }
+    }
+
+    /// Where a failed streaming list leads (client-go's `watchList`): 429 and refused
+    /// connections back off and try again; 410, "too large" and a stream closed before the
+    /// initial-events-end bookmark try again at once, the first two from the latest state;
+    /// anything else falls back to a plain LIST.
+    fn after_stream_list(&mut self, end: StreamListEnd) -> State<LW::Stream> {
+        let (error, next) = match end {
+            StreamListEnd::ClosedEarly => (
+                "the watch closed before the initial-events-end bookmark".to_owned(),
+                State::StreamList,
+            ),
+            StreamListEnd::Failed(e) => {
+                let next = match e.kind() {
+                    ErrorKind::TooManyRequests | ErrorKind::ConnectionRefused => {
+                        State::Wait(Box::new(State::StreamList))
+                    }
+                    ErrorKind::Gone | ErrorKind::TooLargeResourceVersion => {
+                        self.version_unavailable = true;
+                        State::StreamList
+                    }
+                    _ => {
+                        // As in client-go, logged only: the LIST that follows makes progress,
+                        // and the handler hears of it if it fails as well.
+                        tracing::warn!(
+                            reflector = %self.options.name, error = %e,
+                            "streaming list failed; falling back to LIST"
+                        );
+                        State::List
+                    }
+                };
+                (e.to_string(), next)
+            }
+        };
+        self.trace(Trace::StreamListFailed {
+            error,
+            fallback: matches!(next, State::List),
+        });
+        next
     }
 
     /// Watches until the stream ends, and decides what comes next.
     async fn watch(&mut self, stream: Option<LW::Stream>) -> State<LW::Stream> {
         let from = self.last_sync.lock().clone();
+        // As in client-go, the clock starts before the request: some proxies send the
+        // response headers only with the first event.
+        let started = Instant::now();
         let mut stream = match stream {
             Some(stream) => stream,
             None => {
@@ -530,7 +625,8 @@ where
                     resource_version: from.clone(),
                     timeout_seconds,
                 });
-                match self.lister_watcher.watch(&options).await {
+                let request = self.lister_watcher.watch(&options);
+                match self.resync.around(&self.store, &self.tracer, request).await {
                     Ok(stream) => stream,
                     Err(e) => {
                         return match e.kind() {
@@ -540,7 +636,7 @@ where
                             }
                             _ => {
                                 self.report(&e);
-                                State::Wait(Box::new(State::Start))
+                                self.relist()
                             }
                         };
                     }
@@ -550,51 +646,37 @@ where
         // Synthetic ADDED events of a watch from "" or "0" are not in version order: only
         // later events move the version on.
         let unordered_start = from.is_empty() || from == "0";
-        let started = Instant::now();
         let mut events = 0usize;
         loop {
-            let next = match (self.options.resync_period, self.next_resync) {
-                (Some(period), Some(at)) => tokio::select! {
-                    next = stream.next() => next,
-                    () = tokio::time::sleep_until(at) => {
-                        self.next_resync = Some(at + period);
-                        if self.should_resync.as_ref().is_none_or(|should| should()) {
-                            self.trace(Trace::Resync);
-                            self.store.resync();
-                        }
-                        continue;
-                    }
-                },
-                _ => stream.next().await,
-            };
+            let next = self
+                .resync
+                .around(&self.store, &self.tracer, stream.next())
+                .await;
             let (end, then) = match next {
                 Some(Ok(event)) => {
                     events += 1;
                     self.apply(event, unordered_start);
                     continue;
                 }
-                None if events == 0 && started.elapsed() < Duration::from_secs(1) => {
-                    let e = Error::new(
-                        ErrorKind::Stream,
-                        "very short watch: the watch closed within a second without an event",
-                    );
-                    self.report(&e);
-                    (WatchEnd::TooShort, State::Wait(Box::new(State::Start)))
+                None if events == 0 && started.elapsed() < VERY_SHORT_WATCH => {
+                    self.log_watch_end(&very_short_watch());
+                    (WatchEnd::TooShort, self.relist())
                 }
                 None => (WatchEnd::Closed, State::Watch(None)),
                 Some(Err(e)) => match e.kind() {
-                    // Relist at the last version after the backoff; client-go does not report it.
-                    ErrorKind::Gone => (WatchEnd::Gone, State::Wait(Box::new(State::Start))),
+                    // Relist at the last version after the backoff: a LIST at a version is
+                    // at least as new as it, so nothing is lost.
+                    ErrorKind::Gone => {
+                        tracing::debug!(reflector = %self.options.name, error = %e, "watch closed");
+                        (WatchEnd::Gone, self.relist())
+                    }
                     ErrorKind::TooManyRequests => (
                         WatchEnd::TooManyRequests,
                         State::Wait(Box::new(State::Watch(None))),
                     ),
                     _ => {
-                        self.report(&e);
-                        (
-                            WatchEnd::Error(e.to_string()),
-                            State::Wait(Box::new(State::Start)),
-                        )
+                        self.log_watch_end(&e);
+                        (WatchEnd::Error(e.to_string()), self.relist())
                     }
                 },
             };
@@ -647,10 +729,18 @@ where
         }
     }
 
-    /// Records a completed sync at `resource_version` and arms the resync timer.
+    /// Records a completed sync at `resource_version`; a watch phase begins, and with it
+    /// the resync timer.
     fn synced(&mut self, resource_version: &str) {
         *self.last_sync.lock() = resource_version.to_owned();
-        self.next_resync = self.options.resync_period.map(|p| Instant::now() + p);
+        self.resync.start();
+    }
+
+    /// Ends the watch phase: the resync timer stops, and after a backoff the reflector
+    /// lists again.
+    fn relist(&mut self) -> State<LW::Stream> {
+        self.resync.stop();
+        State::Wait(Box::new(State::Start))
     }
 
     /// A watch timeout in `[min, 2·min)` seconds, so watches do not all end together.
@@ -660,18 +750,117 @@ where
     }
 
     fn trace(&self, t: Trace) {
-        tracing::debug!(reflector = %self.options.name, ?t);
-        if let Some(hook) = &self.on_trace {
-            hook(&t);
-        }
+        self.tracer.emit(t);
     }
 
+    /// An error inside a running watch: logged, not reported (client-go's `watch` returns
+    /// nil for these); the reflector relists.
+    fn log_watch_end(&self, e: &Error) {
+        tracing::warn!(reflector = %self.options.name, error = %e, "watch ended with error");
+    }
+
+    /// An error that ended a list-and-watch round before its watch ran: logged, and handed
+    /// to the watch error handler.
     fn report(&self, e: &Error) {
         tracing::warn!(reflector = %self.options.name, error = %e, "list and watch failed");
         if let Some(hook) = &self.on_error {
             hook(e);
         }
     }
+}
+
+/// Where traces go: the log, and the hook if one is set.
+struct Tracer {
+    name: String,
+    hook: Option<Hook<Trace>>,
+}
+
+impl Tracer {
+    fn emit(&self, t: Trace) {
+        tracing::debug!(reflector = %self.name, ?t);
+        if let Some(hook) = &self.hook {
+            hook(&t);
+        }
+    }
+}
+
+/// client-go's resync goroutine (`startResync`) as a timer that the watch phase polls
+/// alongside whatever it awaits.
+struct ResyncTimer {
+    /// [`ReflectorOptions::resync_period`]; `None` never resyncs.
+    period: Option<Duration>,
+    /// client-go's `ShouldResync`; `None` always resyncs.
+    should: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+    /// When the next resync is due. `Some` only within a watch phase: from the list that
+    /// began it (`start`) to the decision to list again (`stop`).
+    due: Option<Instant>,
+}
+
+impl ResyncTimer {
+    /// Arms the timer a period from now.
+    fn start(&mut self) {
+        self.due = self.period.map(|period| Instant::now() + period);
+    }
+
+    fn stop(&mut self) {
+        self.due = None;
+    }
+
+    /// Awaits `work` to its end, resyncing `store` whenever the timer falls due meanwhile.
+    /// `work` is never dropped early, so it need not be cancel safe.
+    async fn around<K, T>(
+        &mut self,
+        store: &impl ReflectorStore<K>,
+        tracer: &Tracer,
+        work: impl Future<Output = T>,
+    ) -> T {
+        let mut work = std::pin::pin!(work);
+        loop {
+            let Some(due) = self.due else {
+                return work.await;
+            };
+            tokio::select! {
+                biased;
+                out = &mut work => return out,
+                () = tokio::time::sleep_until(due) => {
+                    if self.should.as_ref().is_none_or(|should| should()) {
+                        tracer.emit(Trace::Resync);
+                        store.resync();
+                    }
+                    // As client-go's fresh timer: a full period after this resync, so a
+                    // late timer never fires in a burst.
+                    self.start();
+                }
+            }
+        }
+    }
+}
+
+/// One full list, as the pager returns it.
+struct Listed<K> {
+    items: Vec<K>,
+    resource_version: String,
+    /// A continue token was followed, even if an expired one then led to a full list.
+    paginated: bool,
+}
+
+/// Why a streaming list did not reach its initial-events-end bookmark.
+enum StreamListEnd {
+    /// The stream closed after an event, or after a second: try again at once.
+    ClosedEarly,
+    /// The request or the stream failed (a very short stream included).
+    Failed(Error),
+}
+
+/// A watch that closes sooner than this without an event is "very short": something is
+/// wrong, and it is not simply watched again.
+const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
+
+fn very_short_watch() -> Error {
+    Error::new(
+        ErrorKind::Stream,
+        "very short watch: the watch closed within a second without an event",
+    )
 }
 
 /// A shared view of a reflector's last synced resourceVersion.

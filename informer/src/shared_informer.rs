@@ -58,7 +58,8 @@ pub enum InformerError {
     Index(#[from] IndexError),
 }
 
-/// Called with every error that ends a list or a watch (client-go's `WatchErrorHandler`).
+/// Called with every error that ends a list-and-watch round: a failed LIST or watch request
+/// (client-go's `WatchErrorHandler`); see [`Reflector::on_watch_error`].
 pub type WatchErrorHandler = Arc<dyn Fn(&WatchError) + Send + Sync>;
 
 /// How a [`SharedIndexInformer`] behaves.
@@ -314,8 +315,10 @@ impl<K: Object> SharedIndexInformer<K> {
         Ok(())
     }
 
-    /// Sets the function called with every error that ends a list or a watch (client-go's
-    /// `SetWatchErrorHandler`). The informer logs them anyway and goes on.
+    /// Sets the function called with every error that ends a list-and-watch round: a failed
+    /// LIST or watch request (client-go's `SetWatchErrorHandler`). As in client-go, errors
+    /// inside a running watch are only logged; see [`Reflector::on_watch_error`]. The
+    /// informer logs every error anyway and goes on.
     ///
     /// # Errors
     ///

@@ -23,6 +23,8 @@ enum Reply {
     List(Result<ListPage<ConfigMap>>),
     /// A watch that yields these steps, then closes.
     Watch(Result<Vec<Step>>),
+    /// This reply, after the request has hung this long.
+    Delayed(Duration, Box<Reply>),
 }
 
 /// One step of a scripted watch stream.
@@ -62,10 +64,20 @@ impl Script {
     fn done(&self) -> bool {
         self.replies.lock().is_empty()
     }
+
+    async fn after_any_delay(reply: Option<Reply>) -> Option<Reply> {
+        match reply {
+            Some(Reply::Delayed(d, reply)) => {
+                tokio::time::sleep(d).await;
+                Some(*reply)
+            }
+            other => other,
+        }
+    }
 }
 
-/// A scripted watch. Cancel safe, as the reflector requires: a pause survives a dropped
-/// `next` as a deadline.
+/// A scripted watch. Cancel safe, though the reflector no longer needs it: a pause survives
+/// a dropped `next` as a deadline.
 struct ScriptedStream {
     steps: VecDeque<Step>,
     paused_until: Option<tokio::time::Instant>,
@@ -95,11 +107,12 @@ impl ListerWatcher<ConfigMap> for Script {
     async fn list(&self, options: &ListOptions) -> Result<ListPage<ConfigMap>> {
         self.calls.lock().push(Call::List(options.clone()));
         let reply = self.replies.lock().pop_front();
-        match reply {
+        match Script::after_any_delay(reply).await {
             Some(Reply::List(r)) => r,
             Some(Reply::Watch(_)) => {
                 panic!("the reflector listed ({options:?}) where the script expects a watch")
             }
+            Some(Reply::Delayed(..)) => unreachable!("delays are taken off"),
             None => std::future::pending().await,
         }
     }
@@ -107,7 +120,7 @@ impl ListerWatcher<ConfigMap> for Script {
     async fn watch(&self, options: &WatchOptions) -> Result<ScriptedStream> {
         self.calls.lock().push(Call::Watch(options.clone()));
         let reply = self.replies.lock().pop_front();
-        match reply {
+        match Script::after_any_delay(reply).await {
             Some(Reply::Watch(r)) => r.map(|steps| ScriptedStream {
                 steps: steps.into(),
                 paused_until: None,
@@ -115,6 +128,7 @@ impl ListerWatcher<ConfigMap> for Script {
             Some(Reply::List(_)) => {
                 panic!("the reflector watched ({options:?}) where the script expects a list")
             }
+            Some(Reply::Delayed(..)) => unreachable!("delays are taken off"),
             None => std::future::pending().await,
         }
     }
@@ -233,11 +247,26 @@ async fn run_with(
     options: ReflectorOptions,
     after: Duration,
 ) -> (Recorder, Vec<Trace>) {
+    let ran = run_full(script, options, after).await;
+    (ran.store, ran.traces)
+}
+
+/// What a run left behind.
+struct Ran {
+    store: Recorder,
+    traces: Vec<Trace>,
+    /// What the watch error handler heard.
+    errors: Vec<ErrorKind>,
+}
+
+async fn run_full(script: &Script, options: ReflectorOptions, after: Duration) -> Ran {
     let store = Recorder::default();
     let traces = Arc::new(Mutex::new(Vec::new()));
-    let t = traces.clone();
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let (t, e) = (traces.clone(), errors.clone());
     let reflector = Reflector::new(script.clone(), store.clone(), options)
-        .on_trace(move |trace| t.lock().push(trace.clone()));
+        .on_trace(move |trace| t.lock().push(trace.clone()))
+        .on_watch_error(move |error| e.lock().push(error.kind()));
     let handle = tokio::spawn(reflector.run(std::future::pending()));
     // Every wait is on paused time: polling advances the clock only when all is idle.
     let mut idle = 0;
@@ -253,7 +282,61 @@ async fn run_with(
     tokio::time::sleep(after).await;
     handle.abort();
     let traces = traces.lock().clone();
-    (store, traces)
+    let errors = errors.lock().clone();
+    Ran {
+        store,
+        traces,
+        errors,
+    }
+}
+
+/// The traces that show the order of attempts and waits, in short.
+fn timeline(traces: &[Trace]) -> Vec<String> {
+    traces
+        .iter()
+        .filter_map(|t| match t {
+            Trace::StreamListStarted { resource_version } => Some(format!(
+                "stream-list from {}",
+                resource_version.as_deref().unwrap_or("-")
+            )),
+            Trace::StreamListFailed { fallback, .. } => Some(
+                if *fallback {
+                    "stream-list failed: fall back to list"
+                } else {
+                    "stream-list failed: retry"
+                }
+                .to_owned(),
+            ),
+            Trace::ListPage {
+                resource_version, ..
+            } => Some(format!(
+                "list from {}",
+                resource_version.as_deref().unwrap_or("-")
+            )),
+            Trace::Listed {
+                resource_version, ..
+            } => Some(format!("listed @{resource_version}")),
+            Trace::ListFailed { from_scratch, .. } => Some(
+                if *from_scratch {
+                    "list failed: at once from scratch"
+                } else {
+                    "list failed"
+                }
+                .to_owned(),
+            ),
+            Trace::WatchStarted {
+                resource_version, ..
+            } => Some(format!("watch from {resource_version}")),
+            Trace::WatchEnded { reason, .. } => Some(format!("watch ended: {reason:?}")),
+            Trace::Backoff { .. } => Some("backoff".to_owned()),
+            Trace::Resync => Some("resync".to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stream_list_from(rv: Option<&str>) -> Option<(Option<String>, bool)> {
+    Some((rv.map(str::to_owned), true))
 }
 
 // === tests ===
@@ -292,24 +375,140 @@ async fn gone_in_the_watch_relists_at_the_last_version_and_gone_on_that_list_rel
             Step::Fail(ErrorKind::Gone),
         ])),
         Reply::List(Err(fail(ErrorKind::Gone))),
+        Reply::List(Err(fail(ErrorKind::Other))),
         page(&["a", "z"], "40", None),
     ]);
     let (store, traces) = run(&script, no_watch_list()).await;
     let calls = script.calls();
     assert_eq!(calls[0], list(Some("0"), Some(500), None));
     assert_eq!(watch_from(&calls[1]), plain_watch("10"));
-    // Relist at the last version seen, no limit, so the watch cache can serve it ...
-    assert_eq!(calls[2], list(Some("15"), None, None));
-    // ... and after a 410 on that list, a consistent read, in pages.
-    assert_eq!(calls[3], list(None, Some(500), None));
-    assert_eq!(watch_from(&calls[4]), plain_watch("40"));
+    assert_eq!(
+        calls[2..5],
+        [
+            // Relist at the last version seen, no limit, so the watch cache can serve it ...
+            list(Some("15"), None, None),
+            // ... and after a 410 on that list, at once a consistent read, with the page
+            // size of the list it retries (client-go's pager is reused) ...
+            list(None, None, None),
+            // ... and after that failed too and the backoff, a new list from scratch, which
+            // pages as every "" list does.
+            list(None, Some(500), None),
+        ]
+    );
+    assert_eq!(watch_from(&calls[5]), plain_watch("40"));
     assert_eq!(
         store.ops(),
         ["replace [a] @10", "update a", "replace [a,z] @40"]
     );
+    assert_eq!(
+        timeline(&traces),
+        [
+            "list from 0",
+            "listed @10",
+            "watch from 10",
+            "watch ended: Gone",
+            "backoff",
+            "list failed: at once from scratch",
+            "list failed",
+            "backoff",
+            "list from -",
+            "listed @40",
+            "watch from 40",
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn too_large_resource_version_on_list_lists_again_at_once_from_scratch() {
+    let script = Script::new(vec![
+        Reply::List(Err(fail(ErrorKind::TooLargeResourceVersion))),
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Modified(cm("a", "11"))),
+            Step::Fail(ErrorKind::Gone),
+        ])),
+        page(&["a"], "12", None),
+    ]);
+    let (store, traces) = run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    assert_eq!(
+        calls[..2],
+        [
+            list(Some("0"), Some(500), None),
+            // The server has not reached the version asked for: a consistent read.
+            list(None, Some(500), None),
+        ]
+    );
+    assert_eq!(watch_from(&calls[2]), plain_watch("10"));
+    // That list succeeded: the next relist is at the last version again, not "".
+    assert_eq!(calls[3], list(Some("11"), None, None));
+    assert_eq!(watch_from(&calls[4]), plain_watch("12"));
+    assert_eq!(calls.len(), 5);
+    assert_eq!(
+        store.ops(),
+        ["replace [a] @10", "update a", "replace [a] @12"]
+    );
+    // The retry from scratch follows its failure at once, without a backoff.
+    let failed = traces
+        .iter()
+        .position(|t| {
+            matches!(
+                t,
+                Trace::ListFailed {
+                    from_scratch: true,
+                    ..
+                }
+            )
+        })
+        .expect("the too-large list is traced");
     assert!(
-        traces.iter().any(|t| matches!(t, Trace::Backoff { .. })),
-        "relist after a backoff"
+        matches!(
+            &traces[failed + 1],
+            Trace::ListPage {
+                resource_version: None,
+                ..
+            }
+        ),
+        "{traces:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_watch_stream_ends_the_watch_and_relists_at_the_last_version() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Modified(cm("a", "11"))),
+            Step::Fail(ErrorKind::Stream),
+        ])),
+        page(&["a", "b"], "14", None),
+    ]);
+    let (store, traces) = run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    assert_eq!(calls[0], list(Some("0"), Some(500), None));
+    assert_eq!(watch_from(&calls[1]), plain_watch("10"));
+    assert_eq!(calls[2], list(Some("11"), None, None));
+    assert_eq!(watch_from(&calls[3]), plain_watch("14"));
+    assert_eq!(calls.len(), 4);
+    assert_eq!(
+        store.ops(),
+        ["replace [a] @10", "update a", "replace [a,b] @14"]
+    );
+    let ended = traces
+        .iter()
+        .position(|t| {
+            matches!(
+                t,
+                Trace::WatchEnded {
+                    events: 1,
+                    reason: informer::WatchEnd::Error(_)
+                }
+            )
+        })
+        .expect("the watch ended with the stream error");
+    assert!(
+        matches!(traces[ended + 1], Trace::Backoff { .. }),
+        "the relist waits a backoff first: {traces:?}"
     );
 }
 
@@ -351,6 +550,31 @@ async fn a_paginated_rv_0_list_keeps_paging_on_relist() {
     let calls = script.calls();
     // A relist at a version normally has no limit, but the server pages this collection.
     assert_eq!(calls[3], list(Some("20"), Some(500), None));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rv_0_list_that_fell_back_to_a_full_list_still_counts_as_paginated() {
+    let script = Script::new(vec![
+        page(&["a"], "20", Some("c1")),
+        Reply::List(Err(fail(ErrorKind::Gone))),
+        page(&["a", "b"], "25", None),
+        Reply::Watch(Ok(vec![Step::Fail(ErrorKind::Other)])),
+        page(&["a", "b"], "30", None),
+    ]);
+    run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    assert_eq!(
+        calls[..3],
+        [
+            list(Some("0"), Some(500), None),
+            list(None, Some(500), Some("c1")),
+            list(Some("0"), None, None),
+        ]
+    );
+    assert_eq!(watch_from(&calls[3]), plain_watch("25"));
+    // The server paged a "0" list: the collection is not served from a watch cache, so
+    // relists keep paging, as after a list that completed in pages.
+    assert_eq!(calls[4], list(Some("25"), Some(500), None));
 }
 
 #[tokio::test(start_paused = true)]
@@ -397,27 +621,10 @@ async fn a_watch_ending_at_once_without_events_is_too_short_and_relists() {
         Reply::Watch(Ok(vec![])),
         page(&["a"], "12", None),
     ]);
-    let errors = Arc::new(Mutex::new(Vec::new()));
-    let (store, traces) = {
-        let e = errors.clone();
-        let store = Recorder::default();
-        let traces = Arc::new(Mutex::new(Vec::new()));
-        let t = traces.clone();
-        let reflector = Reflector::new(script.clone(), store.clone(), no_watch_list())
-            .on_trace(move |x| t.lock().push(x.clone()))
-            .on_watch_error(move |err| e.lock().push(err.to_string()));
-        let handle = tokio::spawn(reflector.run(std::future::pending()));
-        while !script.done() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        handle.abort();
-        let traces = traces.lock().clone();
-        (store, traces)
-    };
+    let ran = run_full(&script, no_watch_list(), Duration::from_secs(1)).await;
     assert_eq!(script.calls()[2], list(Some("10"), None, None));
-    assert_eq!(store.ops(), ["replace [a] @10", "replace [a] @12"]);
-    assert!(traces.iter().any(|t| matches!(
+    assert_eq!(ran.store.ops(), ["replace [a] @10", "replace [a] @12"]);
+    assert!(ran.traces.iter().any(|t| matches!(
         t,
         Trace::WatchEnded {
             reason: informer::WatchEnd::TooShort,
@@ -425,10 +632,67 @@ async fn a_watch_ending_at_once_without_events_is_too_short_and_relists() {
         }
     )));
     assert_eq!(
-        errors.lock().len(),
-        1,
-        "the watch error handler hears of it"
+        ran.errors,
+        [],
+        "as in client-go, a very short watch is logged, not reported"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_that_took_a_second_to_open_and_closed_at_once_is_not_too_short() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        // As in client-go, the clock starts before the request: some proxies send the
+        // headers only with the first event.
+        Reply::Delayed(Duration::from_secs(2), Box::new(Reply::Watch(Ok(vec![])))),
+        Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(5))])),
+    ]);
+    run(&script, no_watch_list()).await;
+    let calls = script.calls();
+    assert_eq!(watch_from(&calls[1]), plain_watch("10"));
+    // Closed normally: watched again, no relist.
+    assert_eq!(watch_from(&calls[2]), plain_watch("10"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_watch_error_handler_hears_failed_lists_and_watch_requests_only() {
+    let script = Script::new(vec![
+        // Heard: the LIST failed.
+        Reply::List(Err(fail(ErrorKind::InternalError))),
+        page(&["a"], "10", None),
+        // Not heard: throttled, the watch is tried again.
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        // Heard: the WATCH request failed.
+        Reply::Watch(Err(fail(ErrorKind::Other))),
+        page(&["a"], "11", None),
+        // Not heard: errors inside a running watch, and a very short one. Each relists.
+        Reply::Watch(Ok(vec![Step::Fail(ErrorKind::Stream)])),
+        page(&["a"], "12", None),
+        Reply::Watch(Ok(vec![Step::Fail(ErrorKind::Gone)])),
+        page(&["a"], "13", None),
+        Reply::Watch(Ok(vec![Step::Fail(ErrorKind::InternalError)])),
+        page(&["a"], "14", None),
+        Reply::Watch(Ok(vec![])),
+        page(&["a"], "15", None),
+        Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(5))])),
+    ]);
+    let ran = run_full(&script, no_watch_list(), Duration::from_secs(10)).await;
+    assert_eq!(ran.errors, [ErrorKind::InternalError, ErrorKind::Other]);
+    assert_eq!(ran.store.ops().len(), 6, "{:?}", ran.store.ops());
+
+    // With WatchList: a streaming list that falls back to LIST is not heard; the LIST is.
+    let script = Script::new(vec![
+        Reply::Watch(Err(fail(ErrorKind::Other))),
+        Reply::List(Err(fail(ErrorKind::InternalError))),
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Added(cm("a", "5"))),
+            Step::Fail(ErrorKind::Stream),
+        ])),
+        page(&["a"], "10", None),
+    ]);
+    let ran = run_full(&script, ReflectorOptions::default(), Duration::from_secs(1)).await;
+    assert_eq!(ran.errors, [ErrorKind::InternalError]);
+    assert_eq!(ran.store.ops(), ["replace [a] @10"]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -509,11 +773,136 @@ async fn watch_list_closed_before_its_bookmark_is_tried_again_from_scratch() {
             Step::Pause(Duration::from_secs(5)),
         ])),
     ]);
-    let (store, _) = run(&script, ReflectorOptions::default()).await;
+    let (store, traces) = run(&script, ReflectorOptions::default()).await;
     let calls = script.calls();
     assert_eq!(watch_from(&calls[1]), Some((None, true)));
     // The first attempt's "a" never reached the store.
     assert_eq!(store.ops(), ["replace [b] @8"]);
+    assert!(
+        !traces.iter().any(|t| matches!(t, Trace::Backoff { .. })),
+        "tried again at once: {traces:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_retries_at_once_after_gone_too_large_or_an_early_close_and_backs_off_when_throttled()
+ {
+    let synced = |rv: &str| {
+        Step::Event(WatchEvent::Bookmark {
+            resource_version: rv.into(),
+            initial_events_end: true,
+        })
+    };
+    let script = Script::new(vec![
+        // Synced at 8, then the watch on the same stream is gone: relist from 8.
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Added(cm("a", "5"))),
+            synced("8"),
+            Step::Fail(ErrorKind::Gone),
+        ])),
+        // 8 is too new for this server: at once, from the latest state.
+        Reply::Watch(Err(fail(ErrorKind::TooLargeResourceVersion))),
+        // Throttled: back off, then the same request.
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        // Gone inside the initial events: at once, from the latest state.
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Added(cm("a", "9"))),
+            Step::Fail(ErrorKind::Gone),
+        ])),
+        // Closed after an event, before the bookmark: at once, with an empty slate.
+        Reply::Watch(Ok(vec![Step::Event(WatchEvent::Added(cm("b", "10")))])),
+        // The server is away: back off.
+        Reply::Watch(Err(fail(ErrorKind::ConnectionRefused))),
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Added(cm("a", "11"))),
+            synced("12"),
+            Step::Pause(Duration::from_secs(5)),
+        ])),
+    ]);
+    let (store, traces) = run(&script, ReflectorOptions::default()).await;
+    let calls: Vec<_> = script.calls().iter().map(watch_from).collect();
+    assert_eq!(
+        calls,
+        [
+            stream_list_from(None),
+            stream_list_from(Some("8")),
+            stream_list_from(None),
+            stream_list_from(None),
+            stream_list_from(None),
+            stream_list_from(None),
+            stream_list_from(None),
+            plain_watch("12"),
+        ]
+    );
+    assert_eq!(
+        timeline(&traces),
+        [
+            "stream-list from -",
+            "listed @8",
+            "watch ended: Gone",
+            "backoff",
+            "stream-list from 8",
+            "stream-list failed: retry",
+            "stream-list from -",
+            "stream-list failed: retry",
+            "backoff",
+            "stream-list from -",
+            "stream-list failed: retry",
+            "stream-list from -",
+            "stream-list failed: retry",
+            "stream-list from -",
+            "stream-list failed: retry",
+            "backoff",
+            "stream-list from -",
+            "listed @12",
+            "watch ended: Closed",
+            "watch from 12",
+        ]
+    );
+    assert_eq!(store.ops(), ["replace [a] @8", "replace [a] @12"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_falls_back_to_list_after_a_very_short_stream_or_a_broken_one() {
+    let script = Script::new(vec![
+        // Closed at once without an event: very short; not retried as a stream.
+        Reply::Watch(Ok(vec![])),
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![Step::Fail(ErrorKind::Other)])),
+        // The relist tries a streaming list again; the stream breaks: LIST.
+        Reply::Watch(Ok(vec![
+            Step::Event(WatchEvent::Added(cm("a", "11"))),
+            Step::Fail(ErrorKind::Stream),
+        ])),
+        page(&["a"], "12", None),
+    ]);
+    let (store, traces) = run(&script, ReflectorOptions::default()).await;
+    let calls = script.calls();
+    assert_eq!(watch_from(&calls[0]), stream_list_from(None));
+    assert_eq!(calls[1], list(Some("0"), Some(500), None));
+    assert_eq!(watch_from(&calls[2]), plain_watch("10"));
+    assert_eq!(watch_from(&calls[3]), stream_list_from(Some("10")));
+    assert_eq!(calls[4], list(Some("10"), None, None));
+    assert_eq!(watch_from(&calls[5]), plain_watch("12"));
+    assert_eq!(calls.len(), 6);
+    assert_eq!(store.ops(), ["replace [a] @10", "replace [a] @12"]);
+    assert_eq!(
+        timeline(&traces),
+        [
+            "stream-list from -",
+            "stream-list failed: fall back to list",
+            "list from 0",
+            "listed @10",
+            "watch from 10",
+            "watch ended: Error(\"scripted Other\")",
+            "backoff",
+            "stream-list from 10",
+            "stream-list failed: fall back to list",
+            "list from 10",
+            "listed @12",
+            "watch from 12",
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -551,6 +940,68 @@ async fn resync_runs_every_period_while_watching_when_allowed() {
     tokio::time::sleep(Duration::from_secs(95)).await;
     handle.abort();
     assert_eq!(store.ops(), ["replace [a] @10"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resync_goes_on_through_watch_requests_and_their_backoffs() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        // A watch request the server sits on for a minute.
+        Reply::Delayed(
+            Duration::from_secs(60),
+            Box::new(Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(
+                100,
+            ))]))),
+        ),
+    ]);
+    let options = ReflectorOptions {
+        resync_period: Some(Duration::from_secs(2)),
+        ..no_watch_list()
+    };
+    // The script ends when the last request is made; stop 9 s into it.
+    let (_, traces) = run_with(&script, options, Duration::from_secs(9)).await;
+    let timeline = timeline(&traces);
+    // The backoffs after 429 (0.8 s, 1.6 s, 3.2 s, each stretched up to double) last
+    // longer than the period: the store resyncs during them.
+    let backoffs = || timeline.iter().enumerate().filter(|(_, t)| *t == "backoff");
+    assert!(
+        backoffs().any(|(i, _)| timeline[i + 1] == "resync"),
+        "{timeline:?}"
+    );
+    // And during the hanging request: every 2 s for 9 s.
+    let last_watch = timeline.iter().rposition(|t| t.starts_with("watch from"));
+    let hanging = &timeline[last_watch.unwrap() + 1..];
+    assert!(
+        hanging.len() >= 4 && hanging.iter().all(|t| t == "resync"),
+        "{timeline:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resync_stops_while_relisting_and_restarts_a_period_after_the_list() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Ok(vec![
+            Step::Pause(Duration::from_secs(40)),
+            Step::Fail(ErrorKind::Other),
+        ])),
+        // The relist hangs for 100 s: as in client-go, no resync meanwhile.
+        Reply::Delayed(Duration::from_secs(100), Box::new(page(&["a"], "20", None))),
+        Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(100))])),
+    ]);
+    let options = ReflectorOptions {
+        resync_period: Some(Duration::from_secs(30)),
+        ..no_watch_list()
+    };
+    // Stop 25 s after the relist: before the first resync of the new watch phase.
+    let (store, _) = run_with(&script, options, Duration::from_secs(25)).await;
+    assert_eq!(
+        store.ops(),
+        ["replace [a] @10", "resync", "replace [a] @20"]
+    );
 }
 
 #[tokio::test(start_paused = true)]

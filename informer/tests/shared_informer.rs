@@ -27,12 +27,16 @@ use tokio::sync::mpsc;
 
 type Event = Result<WatchEvent<ConfigMap>>;
 
+/// What a WATCH request gets: a channel of events, or an error that refuses it.
+type WatchReply = std::result::Result<mpsc::UnboundedReceiver<Event>, ErrorKind>;
+
 /// LIST answers come from a queue; each WATCH takes the next queued channel. With nothing
 /// queued, the request waits until something is.
 #[derive(Clone, Default)]
 struct Fake {
     lists: Arc<Mutex<VecDeque<ListPage<ConfigMap>>>>,
-    watches: Arc<Mutex<VecDeque<mpsc::UnboundedReceiver<Event>>>>,
+    /// Each WATCH takes the next entry: a channel, or an error that refuses the request.
+    watches: Arc<Mutex<VecDeque<WatchReply>>>,
     queued: Arc<tokio::sync::Notify>,
     list_calls: Arc<AtomicUsize>,
 }
@@ -62,9 +66,15 @@ impl Fake {
 
     fn watch(&self) -> Watch {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.watches.lock().push_back(rx);
+        self.watches.lock().push_back(Ok(rx));
         self.queued.notify_one();
         Watch(tx)
+    }
+
+    /// The next WATCH request fails with `kind`.
+    fn refuse_watch(&self, kind: ErrorKind) {
+        self.watches.lock().push_back(Err(kind));
+        self.queued.notify_one();
     }
 }
 
@@ -94,7 +104,8 @@ impl ListerWatcher<ConfigMap> for Fake {
         loop {
             let rx = self.watches.lock().pop_front();
             match rx {
-                Some(rx) => return Ok(FakeStream(rx)),
+                Some(Ok(rx)) => return Ok(FakeStream(rx)),
+                Some(Err(kind)) => return Err(Error::new(kind, format!("fake {kind:?}"))),
                 None => self.queued.notified().await,
             }
         }
@@ -652,6 +663,41 @@ async fn the_transform_runs_once_per_object_before_it_is_cached_and_handed_out()
         informer.set_watch_error_handler(|_| {}),
         Err(InformerError::Started)
     );
+    running.stop().await;
+}
+
+// === watch errors ===
+
+#[tokio::test(start_paused = true)]
+async fn the_watch_error_handler_hears_a_refused_watch_and_the_informer_recovers() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1")], "1");
+    fake.refuse_watch(ErrorKind::Other);
+    let informer = informer(&fake, Duration::ZERO);
+    let errors: Arc<Mutex<Vec<(ErrorKind, String)>>> = Arc::default();
+    let e = errors.clone();
+    informer
+        .set_watch_error_handler(move |err| e.lock().push((err.kind(), err.to_string())))
+        .unwrap();
+    let log = Log::default();
+    informer.add_event_handler(log.clone()).unwrap();
+    let running = run(&informer);
+    settle().await;
+    assert_eq!(
+        *errors.lock(),
+        [(ErrorKind::Other, "fake Other".to_owned())],
+        "the handler hears why the watch failed"
+    );
+
+    // After a backoff the informer lists again and goes on watching.
+    fake.list(&[("a", "1"), ("b", "2")], "2");
+    let watch = fake.watch();
+    pass(3 * SECOND).await;
+    assert_eq!(fake.list_calls.load(Ordering::SeqCst), 2);
+    watch.send(WatchEvent::Added(cm("c", "3")));
+    settle().await;
+    assert_eq!(log.count("add c"), 1, "{:?}", log.lines());
+    assert_eq!(errors.lock().len(), 1, "nothing more went wrong");
     running.stop().await;
 }
 
