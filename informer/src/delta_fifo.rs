@@ -28,6 +28,9 @@
 //! returns, so a reader who sees `has_synced() == true` also sees that item in the indexer —
 //! the guarantee client-go gets from `HasSynced` taking the same lock as `Pop`.
 //!
+//! [`DeltaFifo::snapshot`], the read-only view for debugging, holds the lock only to clone the
+//! first keys and their objects' `Arc`s; it reads their resourceVersions after releasing it.
+//!
 //! Hash tables never shrink on their own, so when a `pop` empties a queue whose tables grew
 //! past 1024 keys (the initial list of a large collection, a burst), it frees them: after
 //! the initial sync, memory per cached object is the indexer's alone.
@@ -338,6 +341,37 @@ impl<K> Iterator for DeltasIntoIter<K> {
         self.0.size_hint()
     }
 }
+
+// === QueuedDelta, QueueSnapshot ===
+
+/// One delta waiting in the FIFO, as [`DeltaFifo::snapshot`] reports it: its type and its
+/// object's resourceVersion, without the object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedDelta {
+    /// What happened.
+    pub kind: DeltaType,
+    /// The object's `metadata.resourceVersion`; for a tombstone, its last known object's.
+    /// `None` if the object has none, or the tombstone carries no object.
+    pub resource_version: Option<String>,
+    /// Whether the delta carries a [`DeletedFinalStateUnknown`] tombstone (a deletion a relist
+    /// discovered) rather than the object.
+    pub tombstone: bool,
+}
+
+/// What the FIFO held at one moment: its depth and the keys at the head of the queue, each
+/// with its pending deltas. Made by [`DeltaFifo::snapshot`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueSnapshot {
+    /// How many keys were queued, including those beyond the snapshot's limit.
+    pub depth: usize,
+    /// The first queued keys, in the order [`pop`](DeltaFifo::pop) hands them out, each with
+    /// its deltas, oldest first.
+    pub keys: Vec<(Key, Vec<QueuedDelta>)>,
+}
+
+/// A delta as [`DeltaFifo::snapshot`] copies it under the lock: type, whether a tombstone,
+/// and the object, whose resourceVersion it reads after releasing the lock.
+type HeldDelta<K> = (DeltaType, bool, Option<Arc<K>>);
 
 // === KnownObjects, options, errors ===
 
@@ -809,6 +843,81 @@ impl<K: Object> DeltaFifo<K> {
     /// The queued keys, in the order they will be popped.
     pub fn queued_keys(&self) -> Vec<Key> {
         self.shared.state.lock().queue.iter().cloned().collect()
+    }
+
+    /// What the FIFO holds right now, for debugging and teaching: its depth and, for the first
+    /// `limit` keys in the order they will be popped, each key's pending deltas (type and
+    /// resourceVersion, oldest first). Removes nothing.
+    ///
+    /// The view is consistent — depth, keys and deltas all come from one acquisition of the
+    /// FIFO's lock — but may be stale as soon as it returns. It costs `O(limit)` plus the
+    /// deltas of those keys, however deep the queue; under the lock it only clones keys and
+    /// `Arc`s, and reads the resourceVersions after releasing it. Client-go has no
+    /// equivalent; its `ListKeys` is [`queued_keys`](Self::queued_keys) here, without the
+    /// order.
+    ///
+    /// ```
+    /// use informer::{DeltaFifo, DeltaType};
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    ///
+    /// let cm = |name: &str, rv: &str| ConfigMap {
+    ///     metadata: ObjectMeta {
+    ///         namespace: Some("ns".into()),
+    ///         name: Some(name.into()),
+    ///         resource_version: Some(rv.into()),
+    ///         ..Default::default()
+    ///     },
+    ///     ..Default::default()
+    /// };
+    /// let fifo = DeltaFifo::new();
+    /// fifo.add(cm("a", "1"));
+    /// fifo.add(cm("b", "2"));
+    /// fifo.update(cm("a", "3"));
+    ///
+    /// let snapshot = fifo.snapshot(1);
+    /// assert_eq!(snapshot.depth, 2);
+    /// let (key, deltas) = &snapshot.keys[0];
+    /// assert_eq!(&**key, "ns/a");
+    /// let seen: Vec<_> = deltas.iter().map(|d| (d.kind, d.resource_version.as_deref())).collect();
+    /// assert_eq!(seen, [(DeltaType::Added, Some("1")), (DeltaType::Updated, Some("3"))]);
+    /// ```
+    pub fn snapshot(&self, limit: usize) -> QueueSnapshot {
+        let state = self.shared.state.lock();
+        let depth = state.queue.len();
+        let held: Vec<(Key, Vec<HeldDelta<K>>)> = state
+            .queue
+            .iter()
+            .take(limit)
+            .map(|key| {
+                let list = state.items.get(key).expect("every queued key has deltas");
+                let deltas = list
+                    .as_slice()
+                    .iter()
+                    .map(|d| (d.kind, d.object.is_tombstone(), d.object.object().cloned()))
+                    .collect();
+                (key.clone(), deltas)
+            })
+            .collect();
+        drop(state);
+        let keys = held
+            .into_iter()
+            .map(|(key, deltas)| {
+                let deltas = deltas
+                    .into_iter()
+                    .map(|(kind, tombstone, obj)| QueuedDelta {
+                        kind,
+                        resource_version: obj
+                            .as_deref()
+                            .and_then(Object::resource_version)
+                            .map(str::to_owned),
+                        tombstone,
+                    })
+                    .collect();
+                (key, deltas)
+            })
+            .collect();
+        QueueSnapshot { depth, keys }
     }
 
     /// A copy of the deltas queued for `key` (the objects are shared, not copied).
@@ -1551,6 +1660,98 @@ mod tests {
         adder.unwrap().join().unwrap();
         assert_eq!(popped, ["Added:1"]);
         assert_eq!(pop_now(&fifo).1, ["Added:2"]);
+    }
+
+    #[test]
+    fn snapshot_shows_the_head_of_the_queue_in_pop_order_and_removes_nothing() {
+        let indexer = known(&[cm("gone", "5")]);
+        let fifo = with_known(&indexer, true);
+        fifo.add(cm("a", "1"));
+        fifo.add(cm("b", "2"));
+        fifo.update(cm("a", "3"));
+        // Lists b only: a gets a tombstone with its newest object, the known "gone" one with
+        // the known object.
+        fifo.replace([cm("b", "4")], "4");
+
+        let shown = |snapshot: &QueueSnapshot| -> Vec<(String, Vec<String>)> {
+            snapshot
+                .keys
+                .iter()
+                .map(|(key, deltas)| {
+                    let deltas = deltas
+                        .iter()
+                        .map(|d| {
+                            let rv = d.resource_version.as_deref().unwrap_or("-");
+                            if d.tombstone {
+                                format!("{}:tombstone:{rv}", d.kind)
+                            } else {
+                                format!("{}:{rv}", d.kind)
+                            }
+                        })
+                        .collect();
+                    (key.to_string(), deltas)
+                })
+                .collect()
+        };
+        let all = fifo.snapshot(usize::MAX);
+        assert_eq!(all.depth, 3);
+        assert_eq!(
+            shown(&all),
+            [
+                (
+                    "ns/a".to_owned(),
+                    vec![
+                        "Added:1".to_owned(),
+                        "Updated:3".to_owned(),
+                        "Deleted:tombstone:3".to_owned()
+                    ]
+                ),
+                (
+                    "ns/b".to_owned(),
+                    vec!["Added:2".to_owned(), "Replaced:4".to_owned()]
+                ),
+                ("ns/gone".to_owned(), vec!["Deleted:tombstone:5".to_owned()]),
+            ]
+        );
+
+        let head = fifo.snapshot(1);
+        assert_eq!(head.depth, 3, "depth counts the keys beyond the limit");
+        assert_eq!(shown(&head), shown(&all)[..1]);
+        assert_eq!(fifo.snapshot(0).keys, []);
+
+        assert_eq!(fifo.len(), 3, "a snapshot removes nothing");
+        assert_eq!(pop_now(&fifo).0, "ns/a");
+        assert_eq!(fifo.snapshot(usize::MAX).keys.len(), 2);
+    }
+
+    #[test]
+    fn snapshot_of_a_tombstone_without_object_has_no_resource_version() {
+        struct Forgetful;
+        impl KnownObjects<ConfigMap> for Forgetful {
+            fn list_keys(&self) -> Vec<Key> {
+                vec![Key::from("ns/ghost")]
+            }
+            fn get_by_key(&self, _key: &str) -> Option<Arc<ConfigMap>> {
+                None
+            }
+        }
+        let fifo = DeltaFifo::with_options(DeltaFifoOptions {
+            known_objects: Some(Arc::new(Forgetful)),
+            ..DeltaFifoOptions::default()
+        });
+        fifo.replace([], "1");
+        let snapshot = fifo.snapshot(10);
+        assert_eq!(
+            snapshot.keys,
+            [(
+                Key::from("ns/ghost"),
+                vec![QueuedDelta {
+                    kind: DeltaType::Deleted,
+                    resource_version: None,
+                    tombstone: true,
+                }]
+            )]
+        );
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!   WatchList, backoff and resync rules, writing into a [`ReflectorStore`].
 //! * [`DeltaFifo`] — per-key [`Deltas`] in first-in first-out order of keys, fed by the
 //!   reflector (`add`, `update`, `delete`, `replace`, `resync`) and drained by
-//!   [`pop`](DeltaFifo::pop), which processes under the FIFO lock.
+//!   [`pop`](DeltaFifo::pop), which processes under the FIFO lock;
+//!   [`snapshot`](DeltaFifo::snapshot) shows what it holds ([`QueueSnapshot`]).
 //! * [`DeletedFinalStateUnknown`] — the tombstone for a deletion a relist discovered.
 //! * [`Indexer`] — the thread-safe store with custom indices ([`IndexFunc`], the namespace
 //!   index [`NAMESPACE_INDEX`]); the FIFO reads it back as its [`KnownObjects`].
@@ -161,7 +162,7 @@ mod store;
 pub use backoff::Backoff;
 pub use delta_fifo::{
     Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, Deltas, DeltasIntoIter,
-    KnownObjects, PopError, Transformer,
+    KnownObjects, PopError, QueueSnapshot, QueuedDelta, Transformer,
 };
 pub use handler::{DeletedObject, EventHandler, HandlerFns};
 pub use index::{
