@@ -1,16 +1,52 @@
 //! `informer-trace` shows an informer working live against any cluster, one line per step:
-//! what the reflector does (list pages, watch starts, bookmarks, relists and why), what it
-//! writes into the DeltaFIFO, the deltas each pop hands over per key and what they do to the
-//! indexer, and every few seconds the FIFO's depth and the indexer's size and namespace index.
+//!
+//! * `reflector`: what the reflector does (list pages, watch starts, bookmarks, relists and
+//!   why);
+//! * `fifo`: what it writes into the DeltaFIFO, with the depth after each write; when a write
+//!   appends to a key that already waits, the deltas now pending for that key; and after a
+//!   `Replace` (a LIST) or a resync, the queue itself: the keys in pop order, each with its
+//!   pending deltas (`Replaced@123` is a delta type and the object's resourceVersion);
+//! * `pop`: the deltas each pop hands over for one key, and what they do to the indexer;
+//! * `summary`, every few seconds: the FIFO's depth and queue, the indexer's size, and every
+//!   index's values with the number of keys under each — the namespace index, and one label
+//!   index per `--index-label`.
 //!
 //! ```text
 //! informer-trace ConfigMap -n default
+//! informer-trace Pod -n default --index-label app --index-label pod-template-hash
 //! informer-trace Deployment --api-version apps/v1 --duration 60
+//! informer-trace ConfigMap -n default --pop-delay 5   # a slow consumer: watch deltas pile up
+//! ```
+//!
+//! A sample, with `--index-label app --pop-delay 1.5`: a LIST, then `web` is labelled and
+//! `cache` created while the slow popper is still on the initial list.
+//!
+//! ```text
+//!     0.002s  reflector listed 3 objects at rv 7431 → Replace
+//!     0.002s  fifo      ← Replace 3 objects at rv 7431; missing keys become tombstones (depth 3)
+//!     0.002s  fifo      queue now (depth 3, in pop order):
+//!     0.002s  fifo         1. demo/db  [Replaced@7431]
+//!     0.002s  fifo         2. demo/kube-root-ca.crt  [Replaced@7426]
+//!     0.002s  fifo         3. demo/web  [Replaced@7429]
+//!     0.002s  reflector WATCH from rv 7431 (server timeout 459s)
+//!     0.839s  fifo      ← Updated demo/web@7432 (depth 3); queued for this key: [Replaced@7429, Updated@7432]
+//!     0.883s  fifo      ← Added demo/cache@7433 (depth 4)
+//!     1.501s  pop       demo/db: [Replaced@7431] (initial list) → indexer add (size 1)
+//!     3.002s  pop       demo/kube-root-ca.crt: [Replaced@7426] (initial list) → indexer add (size 2)
+//!     3.002s  summary   fifo depth 2, synced false; indexer 2 objects
+//!     3.002s  summary   fifo queue (depth 2, in pop order):
+//!     3.002s  summary      1. demo/web  [Replaced@7429, Updated@7432]
+//!     3.002s  summary      2. demo/cache  [Added@7433]
+//!     3.002s  summary   index namespace: demo=2
+//!     3.002s  summary   index label:app: db=1
 //! ```
 //!
 //! It wires the pieces as a shared informer does, without the handlers, so each hand-over is
-//! visible: ListerWatcher → Reflector → DeltaFIFO → pop → Indexer.
+//! visible: ListerWatcher → Reflector → DeltaFIFO → pop → Indexer. The popper applies every
+//! key's deltas as soon as it can, so the queue is usually short; `--pop-delay` slows it down
+//! to show how a key's deltas accumulate while it waits.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +56,9 @@ use clap::Parser;
 use controller_runtime::client::{Api, ApiListerWatcher, Client, ClientOptions, DynamicObject};
 use controller_runtime::config::{Config, KubeconfigOptions};
 use controller_runtime::informer::{
-    DeltaFifo, DeltaFifoOptions, DeltaType, Deltas, Indexer, NAMESPACE_INDEX, Object, Reflector,
-    ReflectorOptions, ReflectorStore, Trace, key_of, namespace_indexers,
+    Delta, DeltaFifo, DeltaFifoOptions, DeltaType, Deltas, IndexFunc, Indexer, NAMESPACE_INDEX,
+    Object, QueueSnapshot, QueuedDelta, Reflector, ReflectorOptions, ReflectorStore, Trace, key_of,
+    namespace_indexers,
 };
 use tokio::time::Instant;
 
@@ -55,21 +92,62 @@ struct Args {
     /// Print a summary of the FIFO and the indexer every this many seconds.
     #[arg(long, default_value_t = 10)]
     summary_every: u64,
+    /// Also index objects by the value of this label (repeatable); the summary shows each
+    /// index's values, as the index `label:KEY`.
+    #[arg(long = "index-label", value_name = "KEY", value_parser = parse_label_key)]
+    index_labels: Vec<String>,
+    /// Show at most this many keys when printing the FIFO's queue.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    fifo_lines: usize,
+    /// Wait this many seconds before each pop, like a slow consumer, so deltas pile up in the
+    /// FIFO where the trace shows them (default: pop at once).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pop_delay: Option<Duration>,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long)]
     duration: Option<u64>,
 }
 
-/// Prints one trace line: time since start, the component, what happened.
+/// A label key as `--index-label` takes it: non-empty, without spaces or `=`.
+fn parse_label_key(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.contains(|c: char| c.is_whitespace() || c == '=') {
+        return Err(format!(
+            "{s:?} is not a label key (e.g. app or app.kubernetes.io/name)"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+/// A non-negative number of seconds, fractions allowed.
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    s.parse::<f64>()
+        .ok()
+        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+        .ok_or_else(|| format!("{s:?} is not a number of seconds"))
+}
+
+/// The name of the index over the values of label `key`.
+fn label_index_name(key: &str) -> String {
+    format!("label:{key}")
+}
+
+/// Prints trace lines: time since start, the component, what happened.
 #[derive(Clone)]
 struct Printer(Instant);
 
 impl Printer {
     fn line(&self, component: &str, message: std::fmt::Arguments<'_>) {
-        println!(
-            "{:>9.3}s  {component:<9} {message}",
-            self.0.elapsed().as_secs_f64()
-        );
+        self.block(component, &[message.to_string()]);
+    }
+
+    /// Prints `lines` together, all with the same time, so no other line comes between them.
+    fn block(&self, component: &str, lines: &[String]) {
+        let at = self.0.elapsed().as_secs_f64();
+        let mut stdout = std::io::stdout().lock();
+        for line in lines {
+            // A closed stdout (e.g. piped into `head`) is not worth failing over.
+            let _ = writeln!(stdout, "{at:>9.3}s  {component:<9} {line}");
+        }
     }
 }
 
@@ -77,36 +155,124 @@ fn describe(obj: &DynamicObject) -> String {
     format!("{}@{}", key_of(obj), obj.resource_version().unwrap_or("?"))
 }
 
+/// One delta as the trace shows it: its type and the object's resourceVersion
+/// (`Updated@5120`); a tombstone says so (`Deleted(tombstone)@5101`), and has no version when
+/// it carries no object (`Deleted(tombstone)`).
+fn delta_label(kind: DeltaType, resource_version: Option<&str>, tombstone: bool) -> String {
+    let tombstone = if tombstone { "(tombstone)" } else { "" };
+    match resource_version {
+        Some(rv) => format!("{kind}{tombstone}@{rv}"),
+        None if tombstone.is_empty() => format!("{kind}@?"),
+        None => format!("{kind}{tombstone}"),
+    }
+}
+
+fn popped_label(delta: &Delta<DynamicObject>) -> String {
+    delta_label(
+        delta.kind,
+        delta.object.object().and_then(|o| o.resource_version()),
+        delta.object.is_tombstone(),
+    )
+}
+
+fn queued_label(delta: &QueuedDelta) -> String {
+    delta_label(
+        delta.kind,
+        delta.resource_version.as_deref(),
+        delta.tombstone,
+    )
+}
+
+/// Joins one key's delta labels as `[A, B, C]`, eliding the middle of a long list.
+fn delta_list(labels: Vec<String>) -> String {
+    const HEAD: usize = 2;
+    const TAIL: usize = 3;
+    if labels.len() <= HEAD + TAIL + 1 {
+        return format!("[{}]", labels.join(", "));
+    }
+    let hidden = labels.len() - HEAD - TAIL;
+    format!(
+        "[{}, … {hidden} more …, {}]",
+        labels[..HEAD].join(", "),
+        labels[labels.len() - TAIL..].join(", ")
+    )
+}
+
+/// The FIFO's queue as lines: `title` with the depth, then one line per key at its head, in
+/// pop order, then how many more keys wait.
+fn queue_lines(title: &str, snapshot: &QueueSnapshot) -> Vec<String> {
+    if snapshot.depth == 0 {
+        return vec![format!("{title}: empty")];
+    }
+    let mut lines = Vec::with_capacity(snapshot.keys.len() + 2);
+    lines.push(format!("{title} (depth {}, in pop order):", snapshot.depth));
+    for (i, (key, deltas)) in snapshot.keys.iter().enumerate() {
+        let deltas = delta_list(deltas.iter().map(queued_label).collect());
+        lines.push(format!("  {:>2}. {key}  {deltas}", i + 1));
+    }
+    let more = snapshot.depth.saturating_sub(snapshot.keys.len());
+    if more > 0 {
+        lines.push(format!("      … and {more} more"));
+    }
+    lines
+}
+
 /// The DeltaFIFO, with a line for everything the reflector writes into it.
 struct TracedFifo {
     fifo: DeltaFifo<DynamicObject>,
     out: Printer,
+    /// How many keys of the queue to show.
+    fifo_lines: usize,
+}
+
+impl TracedFifo {
+    /// Queues one object with `write`, then says so; if the key already had deltas waiting
+    /// (the new one was appended to them), shows them all.
+    fn write(
+        &self,
+        kind: DeltaType,
+        o: DynamicObject,
+        write: fn(&DeltaFifo<DynamicObject>, DynamicObject),
+    ) {
+        let key = key_of(&o);
+        let d = describe(&o);
+        write(&self.fifo, o);
+        let depth = self.fifo.len();
+        let pending = self
+            .fifo
+            .get_by_key(&key)
+            .filter(|deltas| deltas.as_slice().len() > 1)
+            .map(|deltas| {
+                format!(
+                    "; queued for this key: {}",
+                    delta_list(deltas.iter().map(popped_label).collect())
+                )
+            })
+            .unwrap_or_default();
+        self.out.line(
+            "fifo",
+            format_args!("← {kind} {d} (depth {depth}){pending}"),
+        );
+    }
+
+    /// After a bulk write, shows the queue, unless the popper already emptied it.
+    fn show_queue(&self) {
+        let snapshot = self.fifo.snapshot(self.fifo_lines);
+        if snapshot.depth > 0 {
+            self.out.block("fifo", &queue_lines("queue now", &snapshot));
+        }
+    }
 }
 
 impl ReflectorStore<DynamicObject> for TracedFifo {
     fn add(&self, o: DynamicObject) {
-        let d = describe(&o);
-        self.fifo.add(o);
-        self.out.line(
-            "fifo",
-            format_args!("← Added {d} (depth {})", self.fifo.len()),
-        );
+        self.write(DeltaType::Added, o, DeltaFifo::add);
     }
     fn update(&self, o: DynamicObject) {
-        let d = describe(&o);
-        self.fifo.update(o);
-        self.out.line(
-            "fifo",
-            format_args!("← Updated {d} (depth {})", self.fifo.len()),
-        );
+        self.write(DeltaType::Updated, o, DeltaFifo::update);
     }
     fn delete(&self, o: DynamicObject) {
-        let d = describe(&o);
-        self.fifo.delete(o);
-        self.out.line(
-            "fifo",
-            format_args!("← Deleted {d} (depth {})", self.fifo.len()),
-        );
+        self.write(DeltaType::Deleted, o, DeltaFifo::delete);
     }
     fn replace(&self, objects: Vec<DynamicObject>, rv: &str) {
         let n = objects.len();
@@ -118,6 +284,7 @@ impl ReflectorStore<DynamicObject> for TracedFifo {
                 self.fifo.len()
             ),
         );
+        self.show_queue();
     }
     fn resync(&self) {
         self.fifo.resync();
@@ -128,6 +295,7 @@ impl ReflectorStore<DynamicObject> for TracedFifo {
                 self.fifo.len()
             ),
         );
+        self.show_queue();
     }
     fn bookmark(&self, rv: &str) {
         self.out
@@ -235,17 +403,7 @@ fn apply(
     out: &Printer,
 ) {
     let key = deltas.key().clone();
-    let kinds: Vec<String> = deltas
-        .iter()
-        .map(|d| match d.object.object() {
-            Some(o) => format!(
-                "{}@{}",
-                d.kind.as_str(),
-                o.resource_version().unwrap_or("?")
-            ),
-            None => format!("{}(tombstone)", d.kind.as_str()),
-        })
-        .collect();
+    let kinds: Vec<String> = deltas.iter().map(popped_label).collect();
     let mut effect = String::new();
     for delta in deltas.iter() {
         match (delta.kind, delta.object.object()) {
@@ -277,32 +435,55 @@ fn apply(
     );
 }
 
-fn summary(fifo: &DeltaFifo<DynamicObject>, indexer: &Indexer<DynamicObject>, out: &Printer) {
-    let namespaces = indexer.list_index_func_values(NAMESPACE_INDEX);
-    let mut counts: Vec<String> = namespaces
+/// How many values of one index the summary shows.
+const INDEX_VALUES_SHOWN: usize = 20;
+
+/// One index as a summary line: each value, sorted, with the number of keys under it.
+fn index_line(indexer: &Indexer<DynamicObject>, index: &str) -> String {
+    let mut values = indexer.list_index_func_values(index);
+    if values.is_empty() {
+        return format!("index {index}: no values");
+    }
+    values.sort_unstable();
+    let mut shown: Vec<String> = values
         .iter()
-        .map(|ns| {
-            let n = indexer
-                .index_keys(NAMESPACE_INDEX, ns)
-                .map_or(0, |k| k.len());
-            format!("{}={n}", if ns.is_empty() { "(cluster)" } else { ns })
+        .take(INDEX_VALUES_SHOWN)
+        .map(|value| {
+            let n = indexer.index_keys(index, value).map_or(0, |k| k.len());
+            match &**value {
+                "" if index == NAMESPACE_INDEX => format!("(cluster)={n}"),
+                "" => format!("\"\"={n}"),
+                value => format!("{value}={n}"),
+            }
         })
         .collect();
-    counts.sort();
-    out.line(
-        "summary",
-        format_args!(
-            "fifo depth {}, synced {}; indexer {} objects; namespace index: {}",
-            fifo.len(),
-            fifo.has_synced(),
-            indexer.len(),
-            if counts.is_empty() {
-                "empty".into()
-            } else {
-                counts.join(" ")
-            }
-        ),
-    );
+    if values.len() > INDEX_VALUES_SHOWN {
+        shown.push(format!(
+            "… and {} more values",
+            values.len() - INDEX_VALUES_SHOWN
+        ));
+    }
+    format!("index {index}: {}", shown.join(" "))
+}
+
+/// The FIFO (depth, sync state, the head of its queue) and the indexer (size, every index).
+fn summary(
+    fifo: &DeltaFifo<DynamicObject>,
+    indexer: &Indexer<DynamicObject>,
+    indices: &[String],
+    fifo_lines: usize,
+    out: &Printer,
+) {
+    let snapshot = fifo.snapshot(fifo_lines);
+    let mut lines = vec![format!(
+        "fifo depth {}, synced {}; indexer {} objects",
+        snapshot.depth,
+        fifo.has_synced(),
+        indexer.len(),
+    )];
+    lines.extend(queue_lines("fifo queue", &snapshot));
+    lines.extend(indices.iter().map(|index| index_line(indexer, index)));
+    out.block("summary", &lines);
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -345,7 +526,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(selector) = &args.selector {
         lw = lw.labels(selector);
     }
-    let indexer = Indexer::new(namespace_indexers());
+    let mut indexers = namespace_indexers();
+    let mut indices = vec![NAMESPACE_INDEX.to_owned()];
+    let mut described = vec![format!("{NAMESPACE_INDEX} (by metadata.namespace)")];
+    for key in &args.index_labels {
+        let name = label_index_name(key);
+        if indices.contains(&name) {
+            continue;
+        }
+        let label = key.clone();
+        indexers.insert(
+            name.clone(),
+            IndexFunc::new(move |obj: &DynamicObject, values| {
+                if let Some(value) = obj.label(&label) {
+                    values.push(&value);
+                }
+            }),
+        );
+        described.push(format!(
+            "{name} (by the value of label {key}; objects without it are in none)"
+        ));
+        indices.push(name);
+    }
+    out.line(
+        "start",
+        format_args!("indexer indices: {}", described.join(", ")),
+    );
+    let indexer = Indexer::new(indexers);
     let fifo = DeltaFifo::with_options(DeltaFifoOptions {
         known_objects: Some(Arc::new(indexer.clone())),
         emit_delta_type_replaced: true,
@@ -357,6 +564,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         TracedFifo {
             fifo: fifo.clone(),
             out: out.clone(),
+            fifo_lines: args.fifo_lines,
         },
         ReflectorOptions {
             name: resource.plural.clone(),
@@ -373,12 +581,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let _ = stop.wait_for(|s| *s).await;
     }));
     let (pop_fifo, pop_indexer, pop_out) = (fifo.clone(), indexer.clone(), out.clone());
+    let (pop_delay, mut pop_stop) = (args.pop_delay, stop_rx.clone());
     let popper = tokio::spawn(async move {
-        while pop_fifo
-            .pop(|deltas, initial| apply(&pop_indexer, deltas, initial, &pop_out))
-            .await
-            .is_ok()
-        {}
+        loop {
+            if let Some(delay) = pop_delay {
+                // Never while holding the FIFO's lock: the reflector keeps writing meanwhile.
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = pop_stop.wait_for(|s| *s) => break,
+                }
+            }
+            let popped = pop_fifo
+                .pop(|deltas, initial| apply(&pop_indexer, deltas, initial, &pop_out))
+                .await;
+            if popped.is_err() {
+                break;
+            }
+        }
     });
 
     let deadline = args
@@ -388,7 +607,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     ticker.tick().await;
     loop {
         tokio::select! {
-            _ = ticker.tick() => summary(&fifo, &indexer, &out),
+            _ = ticker.tick() => summary(&fifo, &indexer, &indices, args.fifo_lines, &out),
             _ = tokio::signal::ctrl_c() => break,
             () = async {
                 match deadline {
@@ -398,7 +617,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             } => break,
         }
     }
-    summary(&fifo, &indexer, &out);
+    summary(&fifo, &indexer, &indices, args.fifo_lines, &out);
     let _ = stop_tx.send(true);
     fifo.close();
     let _ = reflector.await;
@@ -413,5 +632,129 @@ async fn main() {
     if let Err(e) = run(args).await {
         eprintln!("informer-trace: {e:#}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use controller_runtime::informer::Key;
+
+    fn queued(kind: DeltaType, rv: Option<&str>, tombstone: bool) -> QueuedDelta {
+        QueuedDelta {
+            kind,
+            resource_version: rv.map(str::to_owned),
+            tombstone,
+        }
+    }
+
+    #[test]
+    fn delta_label_shows_type_version_and_tombstones() {
+        assert_eq!(
+            delta_label(DeltaType::Updated, Some("7"), false),
+            "Updated@7"
+        );
+        assert_eq!(
+            delta_label(DeltaType::Deleted, Some("7"), true),
+            "Deleted(tombstone)@7"
+        );
+        assert_eq!(
+            delta_label(DeltaType::Deleted, None, true),
+            "Deleted(tombstone)"
+        );
+        assert_eq!(delta_label(DeltaType::Added, None, false), "Added@?");
+    }
+
+    #[test]
+    fn delta_list_elides_the_middle_of_a_long_list() {
+        let labels = |n: usize| (1..=n).map(|i| format!("U@{i}")).collect::<Vec<_>>();
+        assert_eq!(delta_list(labels(6)), "[U@1, U@2, U@3, U@4, U@5, U@6]");
+        assert_eq!(
+            delta_list(labels(9)),
+            "[U@1, U@2, … 4 more …, U@7, U@8, U@9]"
+        );
+    }
+
+    #[test]
+    fn queue_lines_number_the_keys_in_pop_order_and_count_the_rest() {
+        let snapshot = QueueSnapshot {
+            depth: 3,
+            keys: vec![
+                (
+                    Key::from("ns/a"),
+                    vec![
+                        queued(DeltaType::Replaced, Some("1"), false),
+                        queued(DeltaType::Updated, Some("2"), false),
+                    ],
+                ),
+                (
+                    Key::from("ns/b"),
+                    vec![queued(DeltaType::Deleted, None, true)],
+                ),
+            ],
+        };
+        assert_eq!(
+            queue_lines("fifo queue", &snapshot),
+            [
+                "fifo queue (depth 3, in pop order):",
+                "   1. ns/a  [Replaced@1, Updated@2]",
+                "   2. ns/b  [Deleted(tombstone)]",
+                "      … and 1 more",
+            ]
+        );
+        assert_eq!(
+            queue_lines("fifo queue", &QueueSnapshot::default()),
+            ["fifo queue: empty"]
+        );
+    }
+
+    #[test]
+    fn index_line_sorts_values_and_counts_their_keys() {
+        let mut indexers = namespace_indexers();
+        indexers.insert(
+            label_index_name("app"),
+            IndexFunc::new(|obj: &DynamicObject, values| {
+                if let Some(value) = obj.label("app") {
+                    values.push(&value);
+                }
+            }),
+        );
+        let indexer = Indexer::new(indexers);
+        let cm = |ns: &str, name: &str, app: Option<&str>| {
+            let mut obj = DynamicObject::default();
+            obj.metadata.namespace = Some(ns.into()).filter(|ns: &String| !ns.is_empty());
+            obj.metadata.name = Some(name.into());
+            obj.metadata.labels = app.map(|app| [("app".to_owned(), app.to_owned())].into());
+            Arc::new(obj)
+        };
+        indexer.add(cm("b", "1", Some("web")));
+        indexer.add(cm("a", "2", Some("web")));
+        indexer.add(cm("a", "3", Some("db")));
+        indexer.add(cm("", "4", None));
+        assert_eq!(
+            index_line(&indexer, NAMESPACE_INDEX),
+            "index namespace: (cluster)=1 a=2 b=1"
+        );
+        assert_eq!(
+            index_line(&indexer, "label:app"),
+            "index label:app: db=1 web=2"
+        );
+        assert_eq!(
+            index_line(&indexer, "label:none"),
+            "index label:none: no values"
+        );
+    }
+
+    #[test]
+    fn arguments_reject_bad_label_keys_and_durations() {
+        assert_eq!(
+            parse_label_key("app.kubernetes.io/name").unwrap(),
+            "app.kubernetes.io/name"
+        );
+        assert!(parse_label_key("").is_err());
+        assert!(parse_label_key("a=b").is_err());
+        assert_eq!(parse_seconds("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_seconds("-1").is_err());
+        assert!(parse_seconds("soon").is_err());
     }
 }

@@ -1,9 +1,10 @@
 //! `informer-trace` against the local cluster: it shows the list, the watch, and each change
-//! made meanwhile passing through the DeltaFIFO into the indexer.
+//! made meanwhile passing through the DeltaFIFO into the indexer and its indices; and, with
+//! pops held back, what the DeltaFIFO holds for each key.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -37,17 +38,43 @@ fn kubectl(kubectl: &PathBuf, kubeconfig: &PathBuf, args: &[&str]) {
 
 /// Reads lines until one contains `want`, or fails with everything read.
 fn wait_for(lines: &mpsc::Receiver<String>, seen: &mut Vec<String>, want: &str) {
+    wait_for_all(lines, seen, &[want]);
+}
+
+/// Reads lines until one contains every part of `want`, or fails with everything read.
+fn wait_for_all(lines: &mpsc::Receiver<String>, seen: &mut Vec<String>, want: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !seen.iter().any(|l| l.contains(want)) {
+    while !seen.iter().any(|l| want.iter().all(|w| l.contains(w))) {
         let left = deadline.saturating_duration_since(Instant::now());
         match lines.recv_timeout(left) {
             Ok(line) => seen.push(line),
             Err(_) => panic!(
-                "no line containing {want:?}; the trace so far:\n{}",
+                "no line containing all of {want:?}; the trace so far:\n{}",
                 seen.join("\n")
             ),
         }
     }
+}
+
+/// Starts `informer-trace` with `args` and a thread forwarding its stdout line by line.
+fn spawn_trace(kubeconfig: &PathBuf, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_informer-trace"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, lines)
 }
 
 #[test]
@@ -69,31 +96,23 @@ fn trace_shows_the_list_the_watch_and_each_change_reaching_the_indexer() {
         ],
     );
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_informer-trace"))
-        .args([
+    let (mut child, lines) = spawn_trace(
+        &kubeconfig,
+        &[
             "ConfigMap",
             "--no-watch-list",
             "--summary-every",
             "1",
+            "--index-label",
+            "x",
             "-n",
             &ns,
-            "--kubeconfig",
-        ])
-        .arg(&kubeconfig)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+        ],
+    );
 
     let mut seen = Vec::new();
+    wait_for(&lines, &mut seen, "indexer indices: namespace (");
+    wait_for(&lines, &mut seen, "label:x (by the value of label x;");
     // The classic LIST: a first page at rv "0", the Replace, the initial pops.
     wait_for(
         &lines,
@@ -123,17 +142,127 @@ fn trace_shows_the_list_the_watch_and_each_change_reaching_the_indexer() {
         &["-n", &ns, "label", "configmap", "before", "x=y"],
     );
     wait_for(&lines, &mut seen, &format!("{ns}/before: [Updated@"));
+    // The label index: one value, "y", under which one key.
+    wait_for(&lines, &mut seen, "summary   index label:x: y=1");
     kubectl(
         &kubectl_bin,
         &kubeconfig,
         &["-n", &ns, "delete", "configmap", "during"],
     );
     wait_for(&lines, &mut seen, &format!("{ns}/during: [Deleted@"));
+    wait_for(&lines, &mut seen, "indexer 2 objects");
     wait_for(
         &lines,
         &mut seen,
-        &format!("indexer 2 objects; namespace index: {ns}=2"),
+        &format!("summary   index namespace: {ns}=2"),
     );
+    wait_for(&lines, &mut seen, "summary   fifo queue");
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    kubectl(
+        &kubectl_bin,
+        &kubeconfig,
+        &["delete", "namespace", &ns, "--wait=false"],
+    );
+}
+
+#[test]
+#[ignore = "needs cluster"]
+fn trace_shows_the_deltas_the_fifo_holds_per_key_while_pops_are_held() {
+    let (kubeconfig, kubectl_bin) = testenv();
+    let ns = format!("trace-fifo-{}", std::process::id());
+    kubectl(&kubectl_bin, &kubeconfig, &["create", "namespace", &ns]);
+    kubectl(
+        &kubectl_bin,
+        &kubeconfig,
+        &[
+            "-n",
+            &ns,
+            "create",
+            "configmap",
+            "before",
+            "--from-literal=a=1",
+        ],
+    );
+
+    // A pop delay longer than the test: nothing leaves the FIFO, so what it holds is certain.
+    let (mut child, lines) = spawn_trace(
+        &kubeconfig,
+        &[
+            "ConfigMap",
+            "--no-watch-list",
+            "--summary-every",
+            "1",
+            "--pop-delay",
+            "3600",
+            "-n",
+            &ns,
+        ],
+    );
+
+    let mut seen = Vec::new();
+    // Right after the LIST's Replace: the queue, key by key, in pop order.
+    wait_for(&lines, &mut seen, "fifo      queue now (depth ");
+    wait_for(&lines, &mut seen, &format!(". {ns}/before  [Replaced@"));
+    wait_for(&lines, &mut seen, "WATCH from rv");
+
+    // An update for a key still queued joins its deltas; the key keeps its place.
+    kubectl(
+        &kubectl_bin,
+        &kubeconfig,
+        &["-n", &ns, "label", "configmap", "before", "x=y"],
+    );
+    wait_for_all(
+        &lines,
+        &mut seen,
+        &[
+            &format!("← Updated {ns}/before@"),
+            "; queued for this key: [Replaced@",
+            ", Updated@",
+        ],
+    );
+    wait_for_all(
+        &lines,
+        &mut seen,
+        &[
+            "summary     ",
+            &format!(". {ns}/before  [Replaced@"),
+            ", Updated@",
+        ],
+    );
+
+    // A new key joins the back of the queue, and its deletion is appended to it.
+    kubectl(
+        &kubectl_bin,
+        &kubeconfig,
+        &[
+            "-n",
+            &ns,
+            "create",
+            "configmap",
+            "during",
+            "--from-literal=a=2",
+        ],
+    );
+    kubectl(
+        &kubectl_bin,
+        &kubeconfig,
+        &["-n", &ns, "delete", "configmap", "during"],
+    );
+    wait_for_all(
+        &lines,
+        &mut seen,
+        &[
+            "summary     ",
+            &format!(". {ns}/during  [Added@"),
+            ", Deleted@",
+        ],
+    );
+    wait_for(&lines, &mut seen, "summary   fifo queue (depth ");
+    // Nothing was popped: the indexer is still empty.
+    wait_for(&lines, &mut seen, "synced false; indexer 0 objects");
+    wait_for(&lines, &mut seen, "summary   index namespace: no values");
 
     child.kill().unwrap();
     child.wait().unwrap();
