@@ -25,8 +25,10 @@
 //! already queued (or dirty while being processed) — most adds of a busy key — usually does
 //! not take the lock at all: the thread remembers the keys it found dirty, and per-slot pop
 //! counters say whether that can have changed ([`crate::recent`]). Failing that, it is one
-//! lookup under the lock in a short inlined path that builds nothing and wakes nobody. Any
-//! other `add` continues out of line and probes again to insert.
+//! lookup under the lock in a short inlined path that builds nothing and wakes nobody; the
+//! same path marks an item being processed dirty. Any other `add` continues out of line and
+//! probes again to insert. Both paths leave the item dirty, so both let the thread remember
+//! it (the inline path keeps the item given to `add`; the other renews an entry it has).
 //!
 //! The map is [`hashbrown`]'s, for `entry_ref` (`done` finds, updates or removes an entry
 //! in one probe, without cloning the key) and its default hasher, foldhash: several times
@@ -322,7 +324,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// A repeated add of a queued item is usually answered without taking the queue's lock:
     /// the calling thread remembers the item (the value passed in, which would otherwise be
     /// dropped) together with a counter that changes whenever an item that might be it is
-    /// handed out. So a thread may keep up to 256 recently re-added items per queue alive,
+    /// handed out. So a thread may keep up to 512 recently re-added items per queue alive,
     /// for up to 8 queues (the oldest queue's are dropped first); they are dropped when
     /// replaced or when the thread exits. Such an add also leaves delayed items that have come due for the next
     /// operation to queue.
@@ -338,7 +340,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
             return;
         }
         // ... then with one probe under the lock, remembering the item for next time.
-        if state.is_already_dirty(&item) {
+        if state.add_known(&item) {
             let slot = counters.slot(&item);
             let seen = counters.count(slot);
             state.remembering = true;
@@ -354,6 +356,10 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     fn add_locked(&self, mut state: MutexGuard<'_, State<T>>, item: T) {
         let mut wake = WakeList::default();
         state.promote_due(self.shared.epoch, &mut wake);
+        // `enqueue` leaves the item dirty, and nothing is popped before the lock is released.
+        if state.remembering {
+            self.shared.counters.refresh(&item);
+        }
         state.enqueue(item, &mut wake);
         // Unlock before waking (`wake` was declared after the guard, so drop it by hand).
         drop(state);
@@ -604,20 +610,32 @@ impl<T: Eq + Hash + Clone> State<T> {
         }
     }
 
-    /// Whether an `add` of `item` would change nothing because it is queued, or dirty while
-    /// being processed: the duplicate add, answered with one probe and nothing else.
+    /// The `add` of an item the map already holds as queued, dirty or being processed, with
+    /// one probe: nothing changes for the first two (the duplicate add), and an item being
+    /// processed is marked dirty, which wakes nobody. Returns whether the add was handled,
+    /// leaving `item` dirty; `false` sends `add` down the general path.
     ///
     /// Answers only when no delayed entry is pending, so that there is nothing to promote
     /// first; with entries pending, `add` takes the general path.
     #[inline]
-    fn is_already_dirty(&self, item: &T) -> bool {
-        self.delayed.is_empty()
-            && self.items.get(item).is_some_and(|state| {
-                matches!(
-                    self.fifo.current(*state),
-                    ItemState::Queued(_) | ItemState::ProcessingDirty
-                )
-            })
+    fn add_known(&mut self, item: &T) -> bool {
+        if !self.delayed.is_empty() {
+            return false;
+        }
+        let Some(state) = self.items.get_mut(item) else {
+            return false;
+        };
+        match self.fifo.current(*state) {
+            ItemState::Queued(_) | ItemState::ProcessingDirty => {}
+            ItemState::Processing => {
+                *state = ItemState::ProcessingDirty;
+                if let Some(metrics) = &mut self.metrics {
+                    metrics.add(item);
+                }
+            }
+            ItemState::Waiting(_) | ItemState::ProcessingWaiting(_) => return false,
+        }
+        true
     }
 
     /// Takes the oldest queued item. Popping it from the FIFO is what marks it as being
@@ -959,6 +977,12 @@ mod tests {
         assert_eq!(queue.len(), 2);
         assert_eq!(queue.get().await, Some("y"));
         assert_eq!(queue.get().await, Some("x"));
+        assert!(!certain("x"));
+        queue.done(&"x");
+        queue.add("x"); // queued anew: the remembered entry is renewed
+        assert!(certain("x"));
+        assert_eq!(queue.get().await, Some("x"));
+        assert!(!certain("x"));
     }
 
     #[tokio::test(start_paused = true)]

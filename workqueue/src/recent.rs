@@ -11,10 +11,12 @@
 //! the answer rests on two exact facts rather than on a hash:
 //!
 //! * **The key is compared, not its hash.** Each thread keeps, per queue, a small table of
-//!   keys (`Remembered`, in a thread-local) indexed by hash. An entry is only written by its
+//!   keys (in a thread-local) indexed by hash, two keys per slot. An entry is only written by its
 //!   own thread, with a key that thread has just seen dirty under the lock; a lookup compares
 //!   the key with `==`. Keys never cross threads, so `T` need not be `Sync`. The key stored is
 //!   the very value that `add` was given and would have dropped: remembering costs no clone.
+//!   When an add makes a key dirty again after it was handed out, the entry of an equal key
+//!   is renewed (its count re-read) in the same critical section, again without a clone.
 //! * **Leaving the dirty state is counted.** An item stops being dirty in exactly one place:
 //!   when `get` pops it from the FIFO (`Queued` → `Processing`; every other transition of a
 //!   dirty item keeps it dirty, see the table in [`crate::queue`]). Each queue has
@@ -34,10 +36,11 @@
 //! (`State::remembering`), so a queue whose keys are never added twice pays nothing at `get`
 //! and, at `add`, one thread-local lookup that finds no table. A thread keeps tables for at
 //! most [`QUEUES_PER_THREAD`] queues (the oldest is dropped, with its keys, when a new one
-//! comes) and each table holds at most [`SLOTS`] keys: a thread may hold clones of that many
+//! comes) and each table holds at most 2 × [`SLOTS`] keys: a thread may hold that many
 //! recently re-added keys of a queue until they are overwritten, the table is dropped or the
-//! thread exits. Two keys of one slot take turns in the table; either way the answer is
-//! "don't know", never wrong.
+//! thread exits. A third key of one slot evicts the older of the two; a pop of any key of a
+//! slot withdraws the answer for all of them. Either way the answer becomes "don't know",
+//! never wrong.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -46,8 +49,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::DefaultHashBuilder;
 
-/// Counters per queue, and entries per thread-local table. A power of two.
+/// Counters per queue, and sets per thread-local table. A power of two.
 pub(crate) const SLOTS: usize = 256;
+
+/// Keys a thread-local table holds per slot, so that two keys of one slot do not evict each
+/// other on every add (with 32 busy keys, some pair almost always shares one of 256 slots).
+const WAYS: usize = 2;
 
 /// Queues a thread keeps a table for; the least recently created table is dropped first.
 pub(crate) const QUEUES_PER_THREAD: usize = 8;
@@ -63,8 +70,15 @@ pub(crate) struct PopCounters {
     pops: Box<[AtomicU64]>,
 }
 
-/// One thread's remembered keys for one queue: slot → (key, pop count when seen dirty).
+/// One thread's remembered keys for one queue: `WAYS` entries per slot, most recently
+/// remembered first, each a key and its slot's pop count when it was seen dirty.
 type Table<T> = Box<[Option<(T, u64)>]>;
+
+/// The entries of `slot` in a table.
+#[inline]
+fn ways<T>(table: &mut Table<T>, slot: usize) -> &mut [Option<(T, u64)>] {
+    &mut table[slot * WAYS..(slot + 1) * WAYS]
+}
 
 thread_local! {
     /// This thread's tables, by queue id, oldest first.
@@ -124,14 +138,46 @@ impl PopCounters {
                     return false;
                 };
                 let slot = self.slot(item);
-                matches!(&table[slot], Some((key, seen)) if key == item && self.count(slot) == *seen)
+                let count = self.count(slot);
+                table[slot * WAYS..(slot + 1) * WAYS]
+                    .iter()
+                    .any(|way| matches!(way, Some((key, seen)) if *seen == count && key == item))
             })
             .unwrap_or(false)
     }
 
+    /// If this thread remembers a key equal to `item`, records `slot`'s pop count as seen
+    /// now. Call with the queue's lock held, in the same critical section that leaves `item`
+    /// dirty: the count cannot change in between, and no other thread reads this table.
+    ///
+    /// This renews an entry after its item was handed out and added again, without the
+    /// clone a fresh entry would need (the item itself goes into the queue).
+    #[inline]
+    pub(crate) fn refresh<T: Hash + Eq + 'static>(&self, item: &T) {
+        let _ = REMEMBERED.try_with(|tables| {
+            let Ok(mut tables) = tables.try_borrow_mut() else {
+                return;
+            };
+            let Some(table) = tables
+                .iter_mut()
+                .find(|(id, _)| *id == self.id)
+                .and_then(|(_, table)| table.downcast_mut::<Table<T>>())
+            else {
+                return;
+            };
+            let slot = self.slot(item);
+            let count = self.count(slot);
+            for (key, seen) in ways(table, slot).iter_mut().flatten() {
+                if key == item {
+                    *seen = count;
+                }
+            }
+        });
+    }
+
     /// Remembers on this thread that `item`, of `slot`, was dirty when `slot`'s pop count
     /// was `seen` (read under the lock while `item` was dirty).
-    pub(crate) fn remember<T: 'static>(&self, item: T, slot: usize, seen: u64) {
+    pub(crate) fn remember<T: Eq + 'static>(&self, item: T, slot: usize, seen: u64) {
         // The entry it replaces is dropped after the table is released (a key's `drop`
         // may add to a queue).
         let _replaced = REMEMBERED.try_with(|tables| {
@@ -141,7 +187,7 @@ impl PopCounters {
             let pos = match tables.iter().position(|(id, _)| *id == self.id) {
                 Some(pos) => pos,
                 None => {
-                    let table: Table<T> = (0..SLOTS).map(|_| None).collect();
+                    let table: Table<T> = (0..SLOTS * WAYS).map(|_| None).collect();
                     if tables.len() == QUEUES_PER_THREAD {
                         // Dropped right here, table and keys: rare, and nothing is borrowed
                         // but this thread's list, which a reentrant call skips.
@@ -152,7 +198,18 @@ impl PopCounters {
                 }
             };
             let table = tables[pos].1.downcast_mut::<Table<T>>()?;
-            table[slot].replace((item, seen))
+            let ways = ways(table, slot);
+            // Renew the entry of an equal key, or evict the least recently remembered one.
+            match ways
+                .iter()
+                .position(|way| matches!(way, Some((key, _)) if *key == item))
+            {
+                Some(way) => ways[way].replace((item, seen)),
+                None => {
+                    ways.rotate_right(1);
+                    ways[0].replace((item, seen))
+                }
+            }
         });
     }
 }
@@ -194,6 +251,25 @@ mod tests {
     }
 
     #[test]
+    fn two_keys_of_one_slot_are_both_remembered_and_a_third_evicts_the_older() {
+        let counters = PopCounters::default();
+        let slot = counters.slot(&0u64);
+        let keys: Vec<u64> = (0..).filter(|k| counters.slot(k) == slot).take(3).collect();
+        let seen = counters.count(slot);
+        counters.remember(keys[0], slot, seen);
+        counters.remember(keys[1], slot, seen);
+        assert!(counters.is_certainly_dirty(&keys[0]));
+        assert!(counters.is_certainly_dirty(&keys[1]));
+        counters.remember(keys[2], slot, seen);
+        assert!(
+            !counters.is_certainly_dirty(&keys[0]),
+            "least recently remembered"
+        );
+        assert!(counters.is_certainly_dirty(&keys[1]));
+        assert!(counters.is_certainly_dirty(&keys[2]));
+    }
+
+    #[test]
     fn keys_are_compared_not_their_slots() {
         let counters = PopCounters::default();
         let (a, b) = colliding_pair(&counters);
@@ -211,6 +287,23 @@ mod tests {
         counters.count_pop(&1u64);
         counters.remember(1u64, slot, before);
         assert!(!counters.is_certainly_dirty(&1u64));
+    }
+
+    #[test]
+    fn refresh_renews_an_entry_of_an_equal_key_only() {
+        let counters = PopCounters::default();
+        let (a, b) = colliding_pair(&counters);
+        let slot = counters.slot(&a);
+        counters.remember(a, slot, counters.count(slot));
+        counters.count_pop(&a);
+        counters.refresh(&b);
+        assert!(
+            !counters.is_certainly_dirty(&a),
+            "another key does not renew it"
+        );
+        assert!(!counters.is_certainly_dirty(&b), "nor is it remembered");
+        counters.refresh(&a);
+        assert!(counters.is_certainly_dirty(&a));
     }
 
     #[test]
