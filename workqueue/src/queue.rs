@@ -212,9 +212,6 @@ pub(crate) struct State<T> {
     drain: bool,
     /// Present only for a named queue with a metrics provider.
     pub(crate) metrics: Option<QueueMetrics<T>>,
-    /// Some thread has remembered a key of this queue, so pops are counted in
-    /// `Shared::counters`. Set once, never cleared.
-    remembering: bool,
 }
 
 /// The FIFO of queued items. It numbers every push, so that an item's state can record where
@@ -298,7 +295,6 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
                 shutting_down: false,
                 drain: false,
                 metrics,
-                remembering: false,
             }),
             drained: Notify::new(),
             epoch: Instant::now(),
@@ -343,7 +339,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
         if state.add_known(&item) {
             let slot = counters.slot(&item);
             let seen = counters.count(slot);
-            state.remembering = true;
+            counters.start_counting();
             drop(state);
             counters.remember(item, slot, seen);
             return;
@@ -357,7 +353,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
         let mut wake = WakeList::default();
         state.promote_due(self.shared.epoch, &mut wake);
         // `enqueue` leaves the item dirty, and nothing is popped before the lock is released.
-        if state.remembering {
+        if self.shared.counters.is_counting() {
             self.shared.counters.refresh(&item);
         }
         state.enqueue(item, &mut wake);
@@ -647,7 +643,7 @@ impl<T: Eq + Hash + Clone> State<T> {
         let seq = self.fifo.popped;
         let item = self.fifo.pop()?;
         debug_assert_eq!(self.items.get(&item), Some(&ItemState::Queued(seq)));
-        if self.remembering {
+        if counters.is_counting() {
             counters.count_pop(&item);
         }
         self.processing += 1;

@@ -33,8 +33,8 @@
 //! valid order of the two calls. Counters are 64-bit, so they never wrap in practice.
 //!
 //! Costs and bounds. Pops count only once some thread has remembered a key for the queue
-//! (`State::remembering`), so a queue whose keys are never added twice pays nothing at `get`
-//! and, at `add`, one thread-local lookup that finds no table. A thread keeps tables for at
+//! (`PopCounters::is_counting`), so a queue whose keys are never added twice pays one load
+//! of that flag at `add` and at `get`, and nothing else. A thread keeps tables for at
 //! most [`QUEUES_PER_THREAD`] queues (the oldest is dropped, with its keys, when a new one
 //! comes) and each table holds at most 2 × [`SLOTS`] keys: a thread may hold that many
 //! recently re-added keys of a queue until they are overwritten, the table is dropped or the
@@ -45,7 +45,7 @@
 use std::any::Any;
 use std::cell::RefCell;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hashbrown::DefaultHashBuilder;
 
@@ -60,11 +60,18 @@ const WAYS: usize = 2;
 pub(crate) const QUEUES_PER_THREAD: usize = 8;
 
 /// The shared half: the per-slot pop counters of one queue, and how keys map to slots.
+///
+/// Aligned to a cache line of its own: every `add` reads its first fields, which must not
+/// share a line with the queue state that every operation writes.
+#[repr(align(64))]
 pub(crate) struct PopCounters {
     /// Distinguishes this queue's thread-local tables from other queues' (never reused).
     id: u64,
     /// Hashes keys to slots (independent of the item map's hasher).
     hasher: DefaultHashBuilder,
+    /// Some thread has remembered a key of this queue: pops are counted from then on, and
+    /// until then `add` does not even look for a table. Set once, under the queue's lock.
+    counting: AtomicBool,
     /// Number of pops of items in each slot since the queue was built, while counting.
     /// Written only under the queue's lock.
     pops: Box<[AtomicU64]>,
@@ -92,6 +99,7 @@ impl Default for PopCounters {
             // One read-modify-write per queue built, not per operation.
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             hasher: DefaultHashBuilder::default(),
+            counting: AtomicBool::new(false),
             pops: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -102,6 +110,21 @@ impl PopCounters {
     #[inline]
     pub(crate) fn slot<T: Hash>(&self, item: &T) -> usize {
         (self.hasher.hash_one(item) as usize) & (SLOTS - 1)
+    }
+
+    /// Whether pops are being counted (some thread remembers a key of this queue). Exact
+    /// under the queue's lock; without it, a stale `false` only means "don't know".
+    #[inline]
+    pub(crate) fn is_counting(&self) -> bool {
+        self.counting.load(Ordering::Relaxed)
+    }
+
+    /// Starts counting pops; call with the queue's lock held, before remembering a key.
+    #[inline]
+    pub(crate) fn start_counting(&self) {
+        if !self.is_counting() {
+            self.counting.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The pop count of `slot`. Under the lock it is exact; without it, it may lag (see the
@@ -124,6 +147,9 @@ impl PopCounters {
     /// means "don't know".
     #[inline]
     pub(crate) fn is_certainly_dirty<T: Hash + Eq + 'static>(&self, item: &T) -> bool {
+        if !self.is_counting() {
+            return false; // no thread has a table for this queue
+        }
         REMEMBERED
             .try_with(|tables| {
                 // A reentrant call (from a key's `eq` or `drop`) just answers "don't know".
@@ -218,6 +244,21 @@ impl PopCounters {
 mod tests {
     use super::*;
 
+    /// Counters of a queue on which some thread has started remembering keys.
+    fn counting() -> PopCounters {
+        let counters = PopCounters::default();
+        counters.start_counting();
+        counters
+    }
+
+    #[test]
+    fn nothing_is_certain_before_counting_starts() {
+        let counters = PopCounters::default();
+        let slot = counters.slot(&7u64);
+        counters.remember(7u64, slot, counters.count(slot));
+        assert!(!counters.is_certainly_dirty(&7u64));
+    }
+
     /// Two keys of the same slot.
     fn colliding_pair(counters: &PopCounters) -> (u64, u64) {
         let first = 0;
@@ -228,7 +269,7 @@ mod tests {
 
     #[test]
     fn a_remembered_key_is_certainly_dirty_until_its_slot_pops() {
-        let counters = PopCounters::default();
+        let counters = counting();
         let slot = counters.slot(&7u64);
         assert!(!counters.is_certainly_dirty(&7u64));
         counters.remember(7u64, slot, counters.count(slot));
@@ -242,7 +283,7 @@ mod tests {
 
     #[test]
     fn a_pop_of_another_key_of_the_slot_also_withdraws_the_answer() {
-        let counters = PopCounters::default();
+        let counters = counting();
         let (a, b) = colliding_pair(&counters);
         let slot = counters.slot(&a);
         counters.remember(a, slot, counters.count(slot));
@@ -252,7 +293,7 @@ mod tests {
 
     #[test]
     fn two_keys_of_one_slot_are_both_remembered_and_a_third_evicts_the_older() {
-        let counters = PopCounters::default();
+        let counters = counting();
         let slot = counters.slot(&0u64);
         let keys: Vec<u64> = (0..).filter(|k| counters.slot(k) == slot).take(3).collect();
         let seen = counters.count(slot);
@@ -271,7 +312,7 @@ mod tests {
 
     #[test]
     fn keys_are_compared_not_their_slots() {
-        let counters = PopCounters::default();
+        let counters = counting();
         let (a, b) = colliding_pair(&counters);
         let slot = counters.slot(&a);
         counters.remember(a, slot, counters.count(slot));
@@ -281,7 +322,7 @@ mod tests {
 
     #[test]
     fn a_key_remembered_before_an_older_count_is_not_trusted() {
-        let counters = PopCounters::default();
+        let counters = counting();
         let slot = counters.slot(&1u64);
         let before = counters.count(slot);
         counters.count_pop(&1u64);
@@ -291,7 +332,7 @@ mod tests {
 
     #[test]
     fn refresh_renews_an_entry_of_an_equal_key_only() {
-        let counters = PopCounters::default();
+        let counters = counting();
         let (a, b) = colliding_pair(&counters);
         let slot = counters.slot(&a);
         counters.remember(a, slot, counters.count(slot));
@@ -308,7 +349,7 @@ mod tests {
 
     #[test]
     fn queues_do_not_share_remembered_keys() {
-        let (first, second) = (PopCounters::default(), PopCounters::default());
+        let (first, second) = (counting(), counting());
         let slot = first.slot(&3u64);
         first.remember(3u64, slot, first.count(slot));
         assert!(first.is_certainly_dirty(&3u64));
@@ -317,7 +358,7 @@ mod tests {
 
     #[test]
     fn other_threads_do_not_see_this_threads_keys() {
-        let counters = PopCounters::default();
+        let counters = counting();
         let slot = counters.slot(&"key");
         counters.remember("key", slot, counters.count(slot));
         std::thread::scope(|s| {
@@ -328,9 +369,7 @@ mod tests {
 
     #[test]
     fn a_thread_keeps_tables_for_a_bounded_number_of_queues() {
-        let queues: Vec<_> = (0..=QUEUES_PER_THREAD)
-            .map(|_| PopCounters::default())
-            .collect();
+        let queues: Vec<_> = (0..=QUEUES_PER_THREAD).map(|_| counting()).collect();
         for counters in &queues {
             let slot = counters.slot(&1u64);
             counters.remember(1u64, slot, counters.count(slot));
