@@ -139,7 +139,8 @@ impl fmt::Debug for QueueConfig {
 /// The item type needs `Eq + Hash` to be deduplicated, `Clone` because an item is held both
 /// by the dedup map and by the FIFO (use a cheap-to-clone key such as `Arc<str>` for large
 /// items), and `Send + 'static` so queues and items move between tasks. `Sync` is not
-/// required: items are only touched under the queue's lock or by their owner.
+/// required: items are only touched under the queue's lock, by their owner, or by the thread
+/// that remembers them for its duplicate adds (see [`add`](Self::add)).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -322,8 +323,8 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// dropped) together with a counter that changes whenever an item that might be it is
     /// handed out. So a thread may keep up to 512 recently re-added items per queue alive,
     /// for up to 8 queues (the oldest queue's are dropped first); they are dropped when
-    /// replaced or when the thread exits. Such an add also leaves delayed items that have come due for the next
-    /// operation to queue.
+    /// replaced or when the thread exits. Such an add also leaves delayed items that have
+    /// come due for the next operation to queue.
     pub fn add(&self, item: T) {
         let counters = &self.shared.counters;
         // The duplicate add, which is most adds of a busy key: first without the lock, if

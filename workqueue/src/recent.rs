@@ -61,9 +61,8 @@ pub(crate) const QUEUES_PER_THREAD: usize = 8;
 
 /// The shared half: the per-slot pop counters of one queue, and how keys map to slots.
 ///
-/// Aligned to a cache line of its own: every `add` reads its first fields, which must not
-/// share a line with the queue state that every operation writes.
-#[repr(align(64))]
+/// Not aligned to a cache line of its own: that measured 3–5 % slower on every
+/// unique-keys cycle (it grows and realigns the queue's shared allocation).
 pub(crate) struct PopCounters {
     /// Distinguishes this queue's thread-local tables from other queues' (never reused).
     id: u64,
