@@ -1,24 +1,42 @@
 //! The workqueue's criterion benches: add → get → done cycles with 1, 2, 4 and 8 producers
 //! and as many workers, on unique and on repeating keys, beside the same cycle on a lock-free
 //! MPMC channel (the ceiling a deduplicating queue can approach); and `add_after` with
-//! 1,000,000 items pending (insert, and a delayed add that fires through the full heap).
+//! 1,000,000 items pending: insert, a delayed add that fires through the full heap, how late
+//! items come due (`lateness`), and the heap bytes per pending item.
 //!
 //! Each cycle sample runs `ADDS` adds through a fresh queue on a tokio runtime with two
 //! worker threads (one thread for `single_thread`) and reports adds per second. Producers
 //! yield to the scheduler every `YIELD_EVERY` adds, as `queue-bench` and its Go peer do, so
-//! producers and workers interleave and the backlog stays small. Bytes per
-//! pending item and firing lateness are not times, so criterion cannot report them:
-//! `cargo run --release -p queue-bench` measures those, and `make bench-queue` compares
-//! everything with client-go in one run (see BENCHMARKS.md).
+//! producers and workers interleave and the backlog stays small.
 //!
-//! `cargo bench --bench workqueue` runs it all in a few minutes on two cores.
+//! Two figures are not the time of an operation, and are reported as follows:
+//!
+//! * **`add_after/1m_pending/lateness`** reports, as its "time per iteration", the *mean
+//!   lateness* of the items of a sample: one worker waits in `get` on a queue holding
+//!   `PENDING` far items; the sample adds `iters` keys with deadlines `LATENESS_LEAD` +
+//!   `LATENESS_STEP`·i from now, and each key's lateness is the instant `get` returned it
+//!   minus its deadline. `iter_custom` returns the sum of those latenesses, not the wall time
+//!   (which is about `LATENESS_STEP`·iters longer). The p50, p99 and max over every key of
+//!   the run are printed after the group.
+//! * **Bytes per pending item** is printed once, before the `add_after` group: the heap in
+//!   use with `PENDING` items pending minus the heap before the queue was built, divided by
+//!   `PENDING`, read from a counting global allocator ([`queue_bench::CountingAlloc`], the
+//!   one `queue-bench` uses; it counts requested sizes and adds one relaxed atomic add per
+//!   allocation and per free to every bench in this file).
+//!
+//! `make bench-queue` compares all of it with client-go in one run (see BENCHMARKS.md).
+//! `cargo bench --bench workqueue` runs this file in a few minutes on two cores.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use controller_runtime::workqueue::{DelayingQueue, Queue};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use queue_bench::{CountingAlloc, LatenessOutcome};
 use tokio::runtime::Runtime;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// Adds per cycle sample.
 const ADDS: u64 = 40_000;
@@ -28,6 +46,10 @@ const YIELD_EVERY: u64 = 1_000;
 const REPEAT_SPACE: u64 = 32;
 /// Items pending in the `add_after` benches.
 const PENDING: u64 = 1_000_000;
+/// The earliest deadline of a lateness sample, from the moment its first key is added.
+const LATENESS_LEAD: Duration = Duration::from_millis(2);
+/// The spacing of a lateness sample's deadlines (50 per millisecond, as in `queue-bench`).
+const LATENESS_STEP: Duration = Duration::from_micros(20);
 
 /// A tokio runtime with `threads` worker threads, or a current-thread one for `0`.
 fn runtime(threads: usize) -> Runtime {
@@ -183,9 +205,50 @@ fn far_delay(seed: &mut u64) -> Duration {
     Duration::from_secs(3_600) + Duration::from_nanos(*seed % 3_600_000_000_000)
 }
 
+/// Prints the heap bytes per pending item of a queue holding `PENDING` items.
+fn print_bytes_per_pending_item(rt: &Runtime, seed: &mut u64) {
+    let before = ALLOC.live_bytes();
+    let (queue, _) = rt.block_on(async { pending_queue(seed) });
+    let bytes = ALLOC.live_bytes().saturating_sub(before);
+    assert_eq!(queue.pending_delayed() as u64, PENDING);
+    println!(
+        "add_after/1m_pending/bytes_per_item: {:.1} bytes ({bytes} bytes for {PENDING} pending)",
+        bytes as f64 / PENDING as f64
+    );
+}
+
+/// One lateness sample: adds `iters` keys due `LATENESS_LEAD + i·LATENESS_STEP` from now to
+/// `queue`, whose worker sends back each key with the instant `get` returned it; pushes each
+/// key's lateness to `all` and returns their sum.
+async fn lateness_sample(
+    queue: &DelayingQueue<u64>,
+    got: &mut tokio::sync::mpsc::UnboundedReceiver<(u64, Instant)>,
+    next_key: &mut u64,
+    iters: u64,
+    all: &mut Vec<Duration>,
+) -> Duration {
+    let first = *next_key;
+    let mut deadlines = Vec::with_capacity(iters as usize);
+    for i in 0..iters {
+        let delay = LATENESS_LEAD + LATENESS_STEP * u32::try_from(i).expect("sample size");
+        deadlines.push(Instant::now() + delay);
+        queue.add_after(*next_key, delay);
+        *next_key += 1;
+    }
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let (key, at) = got.recv().await.expect("the worker runs until shutdown");
+        let late = at.saturating_duration_since(deadlines[(key - first) as usize]);
+        all.push(late);
+        total += late;
+    }
+    total
+}
+
 fn add_after(c: &mut Criterion) {
     let rt = runtime(0);
     let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    print_bytes_per_pending_item(&rt, &mut seed);
     let mut group = c.benchmark_group("add_after/1m_pending");
     group.throughput(Throughput::Elements(1));
 
@@ -233,6 +296,41 @@ fn add_after(c: &mut Criterion) {
         });
     });
     group.finish();
+
+    // Lateness: reported per item as its lateness, not as wall time (see the module docs).
+    let multi = runtime(2);
+    let (queue, mut next_key) = multi.block_on(async { pending_queue(&mut seed) });
+    let (tx, mut got) = tokio::sync::mpsc::unbounded_channel();
+    let worker = multi.spawn({
+        let queue = queue.clone();
+        async move {
+            while let Some(key) = queue.get().await {
+                let _ = tx.send((key, Instant::now()));
+                queue.done(&key);
+            }
+        }
+    });
+    let mut all = Vec::new();
+    let mut group = c.benchmark_group("add_after/1m_pending");
+    group.bench_function("lateness", |b| {
+        b.iter_custom(|iters| {
+            multi.block_on(lateness_sample(
+                &queue,
+                &mut got,
+                &mut next_key,
+                iters,
+                &mut all,
+            ))
+        });
+    });
+    group.finish();
+    queue.shut_down();
+    multi.block_on(worker).expect("lateness worker");
+    let seen = LatenessOutcome::from_samples(all);
+    println!(
+        "add_after/1m_pending/lateness over {} items: p50 {:?}, p99 {:?}, max {:?}",
+        seen.items, seen.p50, seen.p99, seen.max
+    );
 }
 
 criterion_group! {

@@ -90,6 +90,15 @@ use crate::waiters::WakeList;
 /// is waiting, the item is queued by the next operation on the queue, in deadline order and
 /// ahead of items added directly after its deadline.
 ///
+/// For the metrics, a due item became dirty at its deadline: its
+/// `workqueue_queue_duration_seconds` runs from the deadline, as in client-go, whose waiting
+/// goroutine adds the item then. One difference remains: client-go also counts the item in
+/// `workqueue_depth` and `workqueue_adds_total` at the deadline, while this queue counts it
+/// when it moves the item into the FIFO — at once if a `get` is waiting, otherwise at the
+/// next operation on the queue (an `add` of an item that is already queued may not be one:
+/// see [`Queue::add`]). Until then [`len`](Queue::len), which moves due items first, is
+/// exact, but the depth gauge can lag.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -143,7 +152,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> DelayingQueue<T> {
             return;
         }
         let now = nanos_since(shared.epoch, Instant::now());
-        state.promote_due_at(now, &mut wake);
+        state.promote_due_at(shared.epoch, now, &mut wake);
         let at = now.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
         state.schedule(item, at, &mut wake);
     }
@@ -211,22 +220,27 @@ impl<T: Eq + Hash + Clone> State<T> {
     #[inline]
     pub(crate) fn promote_due(&mut self, epoch: Instant, wake: &mut WakeList) {
         if !self.delayed.is_empty() {
-            self.promote_due_at(nanos_since(epoch, Instant::now()), wake);
+            self.promote_due_at(epoch, nanos_since(epoch, Instant::now()), wake);
         }
     }
 
-    /// Queues every delayed item due at or before `now`, in deadline order.
+    /// Queues every delayed item due at or before `now` (nanoseconds since `epoch`), in
+    /// deadline order.
+    ///
+    /// For the metrics, each item became dirty at its deadline, not now: this may run well
+    /// after the deadline when no `get` was waiting.
     #[inline(never)]
-    pub(crate) fn promote_due_at(&mut self, now: u64, wake: &mut WakeList) {
+    pub(crate) fn promote_due_at(&mut self, epoch: Instant, now: u64, wake: &mut WakeList) {
         while let Some(timer) = self.delayed.pop_due(now) {
             let Some(state) = self.items.get_mut(&timer.item) else {
                 continue; // stale: the item was processed and forgotten since
             };
+            let since = || epoch.checked_add(Duration::from_nanos(timer.at));
             match *state {
                 ItemState::Waiting(due) if due == timer.due() => {
                     self.delayed.cancel_one();
                     if let Some(metrics) = &mut self.metrics {
-                        metrics.add(&timer.item);
+                        metrics.add_at(&timer.item, since().unwrap_or_else(Instant::now));
                     }
                     *state = self.fifo.push(timer.item);
                     self.waiters.wake_for_item(wake);
@@ -235,7 +249,7 @@ impl<T: Eq + Hash + Clone> State<T> {
                     *state = ItemState::ProcessingDirty;
                     self.delayed.cancel_one();
                     if let Some(metrics) = &mut self.metrics {
-                        metrics.add(&timer.item);
+                        metrics.add_at(&timer.item, since().unwrap_or_else(Instant::now));
                     }
                 }
                 _ => {} // stale: superseded by an add or an earlier deadline

@@ -104,6 +104,7 @@ mod precise;
 mod queue;
 mod rate_limiter;
 mod rate_limiting;
+mod recent;
 mod waiters;
 
 #[cfg(test)]

@@ -80,7 +80,7 @@ impl HistogramMetric for NoopMetric {
 /// |---|---|---|---|
 /// | [`new_depth_metric`](MetricsProvider::new_depth_metric) | `workqueue_depth` | gauge | `inc` when an item becomes dirty (accepted by `add`, or due in the delaying queue), `dec` when `get` hands it out. An item added again while it is processed counts here although [`len`](crate::Queue::len) leaves it out. |
 /// | [`new_adds_metric`](MetricsProvider::new_adds_metric) | `workqueue_adds_total` | counter | `inc` when an item becomes dirty. Adds of an item that is already dirty are not counted: five adds while it is processed count once. |
-/// | [`new_latency_metric`](MetricsProvider::new_latency_metric) | `workqueue_queue_duration_seconds` | histogram | at `get`: seconds since the item became dirty (the first add, not the last). |
+/// | [`new_latency_metric`](MetricsProvider::new_latency_metric) | `workqueue_queue_duration_seconds` | histogram | at `get`: seconds since the item became dirty (the first add, not the last; for a delayed item, its deadline). |
 /// | [`new_work_duration_metric`](MetricsProvider::new_work_duration_metric) | `workqueue_work_duration_seconds` | histogram | at `done`: seconds since `get` handed the item out. |
 /// | [`new_unfinished_work_seconds_metric`](MetricsProvider::new_unfinished_work_seconds_metric) | `workqueue_unfinished_work_seconds` | gauge | sum of the ages of the items being processed, set every 500 ms. |
 /// | [`new_longest_running_processor_seconds_metric`](MetricsProvider::new_longest_running_processor_seconds_metric) | `workqueue_longest_running_processor_seconds` | gauge | age of the oldest item being processed, set every 500 ms. |
@@ -89,6 +89,11 @@ impl HistogramMetric for NoopMetric {
 /// The two 500 ms gauges are set by a small task spawned on the tokio runtime that is current
 /// when the queue is built; it stops when the queue shuts down or is dropped. A queue built
 /// outside a runtime does not update them.
+///
+/// A delayed item becomes dirty at its deadline, as in client-go, whose waiting goroutine adds
+/// it then: its queue duration runs from the deadline even when no `get` was waiting and the
+/// queue noticed the item later. Its `inc` of depth and adds, though, happens when the queue
+/// moves it into the FIFO (see [`DelayingQueue`](crate::DelayingQueue#timing)).
 ///
 /// Durations are measured on [`tokio::time::Instant`], so they follow tokio's paused clock in
 /// tests. Metric objects are called while the queue's lock is held: keep them cheap (an
@@ -206,12 +211,18 @@ impl<T: Eq + Hash + Clone> QueueMetrics<T> {
         }
     }
 
-    /// `item` became dirty.
+    /// `item` became dirty now.
     pub(crate) fn add(&mut self, item: &T) {
+        self.add_at(item, Instant::now());
+    }
+
+    /// `item` became dirty at `since` (a delayed item: its deadline, which may be earlier
+    /// than the moment the queue noticed). Its queue duration runs from `since`.
+    pub(crate) fn add_at(&mut self, item: &T, since: Instant) {
         self.adds.inc();
         self.depth.inc();
         if !self.add_times.contains_key(item) {
-            self.add_times.insert(item.clone(), Instant::now());
+            self.add_times.insert(item.clone(), since);
         }
     }
 
@@ -426,6 +437,44 @@ mod tests {
         advance(5 * MS).await;
         assert_eq!(queue.get().await, Some("x"));
         assert_eq!(provider.snapshot().latency, [secs(5 * MS)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queue_duration_of_a_delayed_item_runs_from_its_deadline_when_no_get_waits() {
+        let provider = RecordingProvider::default();
+        let queue = DelayingQueue::with_config(config(&provider));
+        queue.add("busy");
+        assert_eq!(queue.get().await, Some("busy")); // the only worker is busy: none parked
+        queue.add_after("x", 10 * MS);
+        advance(30 * MS).await; // due at 10 ms; nothing touches the queue until 30 ms
+        assert_eq!(
+            provider.snapshot().depth,
+            0,
+            "depth counts it only when the queue moves it"
+        );
+        queue.done(&"busy"); // the next operation moves it into the FIFO
+        assert_eq!(provider.snapshot().depth, 1);
+        advance(5 * MS).await;
+        assert_eq!(queue.get().await, Some("x"));
+        assert_eq!(
+            provider.snapshot().latency,
+            [0.0, secs(25 * MS)],
+            "from the deadline (10 ms) to get (35 ms)"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_item_dirty_while_processing_counts_from_its_deadline() {
+        let provider = RecordingProvider::default();
+        let queue = DelayingQueue::with_config(config(&provider));
+        queue.add("x");
+        assert_eq!(queue.get().await, Some("x"));
+        queue.add_after("x", 10 * MS); // fires while x is still being processed
+        advance(40 * MS).await;
+        queue.done(&"x"); // notices the deadline, then re-queues x
+        advance(5 * MS).await;
+        assert_eq!(queue.get().await, Some("x"));
+        assert_eq!(provider.snapshot().latency, [0.0, secs(35 * MS)]);
     }
 
     #[tokio::test(start_paused = true)]

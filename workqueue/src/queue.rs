@@ -22,10 +22,13 @@
 //! transition of that item writes its real state. The two `Waiting` states belong to the
 //! delaying layer (see [`crate::delaying`]); a plain [`Queue`] never enters them. So `done`
 //! costs one hash lookup in the common case and `get` none. An `add` of an item that is
-//! already queued (or dirty while being processed) — most adds of a busy key — is one lookup
-//! in a short inlined path that builds nothing, wakes nobody and allocates nothing; the lock's
-//! two atomic instructions are most of its cost. Any other `add` continues out of line and
-//! probes again to insert.
+//! already queued (or dirty while being processed) — most adds of a busy key — usually does
+//! not take the lock at all: the thread remembers the keys it found dirty, and per-slot pop
+//! counters say whether that can have changed ([`crate::recent`]). Failing that, it is one
+//! lookup under the lock in a short inlined path that builds nothing and wakes nobody; the
+//! same path marks an item being processed dirty. Any other `add` continues out of line and
+//! probes again to insert. Both paths leave the item dirty, so both let the thread remember
+//! it (the inline path keeps the item given to `add`; the other renews an entry it has).
 //!
 //! The map is [`hashbrown`]'s, for `entry_ref` (`done` finds, updates or removes an entry
 //! in one probe, without cloning the key) and its default hasher, foldhash: several times
@@ -61,6 +64,7 @@ use tokio::time::{Instant, Sleep};
 use crate::delaying::{DelayHeap, Due};
 use crate::metrics::{MetricsProvider, QueueMetrics, UNFINISHED_WORK_UPDATE_PERIOD};
 use crate::precise::{self, PreciseWake};
+use crate::recent::PopCounters;
 use crate::waiters::{Waiters, WakeList};
 
 /// How a queue is built: its name and where its metrics go.
@@ -135,7 +139,8 @@ impl fmt::Debug for QueueConfig {
 /// The item type needs `Eq + Hash` to be deduplicated, `Clone` because an item is held both
 /// by the dedup map and by the FIFO (use a cheap-to-clone key such as `Arc<str>` for large
 /// items), and `Send + 'static` so queues and items move between tasks. `Sync` is not
-/// required: items are only touched under the queue's lock or by their owner.
+/// required: items are only touched under the queue's lock, by their owner, or by the thread
+/// that remembers them for its duplicate adds (see [`add`](Self::add)).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -167,6 +172,8 @@ pub(crate) struct Shared<T> {
     drained: Notify,
     /// Zero of the queue's clock: delayed deadlines are nanoseconds since this instant.
     pub(crate) epoch: Instant,
+    /// Lets a duplicate `add` skip the lock (see [`crate::recent`]).
+    counters: PopCounters,
 }
 
 /// Where an item is; see the table in the module docs.
@@ -292,6 +299,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
             }),
             drained: Notify::new(),
             epoch: Instant::now(),
+            counters: PopCounters::default(),
         });
         if has_metrics {
             spawn_unfinished_work_updater(&shared);
@@ -309,10 +317,32 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// * Pending in the delaying layer: the pending entry is dropped and the item is queued
     ///   now (see [`DelayingQueue`](crate::DelayingQueue) for why).
     /// * After shutdown: ignored.
+    ///
+    /// A repeated add of a queued item is usually answered without taking the queue's lock:
+    /// the calling thread remembers the item (the value passed in, which would otherwise be
+    /// dropped) together with a counter that changes whenever an item that might be it is
+    /// handed out. So a thread may keep up to 512 recently re-added items per queue alive,
+    /// for up to 8 queues (the oldest queue's are dropped first); they are dropped when
+    /// replaced or when the thread exits. Such an add also leaves delayed items that have
+    /// come due for the next operation to queue.
     pub fn add(&self, item: T) {
-        let state = self.shared.state.lock();
-        // The duplicate add, which is most adds of a busy key, stays in this short function.
-        if state.shutting_down || state.is_already_dirty(&item) {
+        let counters = &self.shared.counters;
+        // The duplicate add, which is most adds of a busy key: first without the lock, if
+        // this thread saw the item dirty and nothing of its slot was popped since...
+        if counters.is_certainly_dirty(&item) {
+            return;
+        }
+        let mut state = self.shared.state.lock();
+        if state.shutting_down {
+            return;
+        }
+        // ... then with one probe under the lock, remembering the item for next time.
+        if state.add_known(&item) {
+            let slot = counters.slot(&item);
+            let seen = counters.count(slot);
+            counters.start_counting();
+            drop(state);
+            counters.remember(item, slot, seen);
             return;
         }
         self.add_locked(state, item);
@@ -323,6 +353,10 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     fn add_locked(&self, mut state: MutexGuard<'_, State<T>>, item: T) {
         let mut wake = WakeList::default();
         state.promote_due(self.shared.epoch, &mut wake);
+        // `enqueue` leaves the item dirty, and nothing is popped before the lock is released.
+        if self.shared.counters.is_counting() {
+            self.shared.counters.refresh(&item);
+        }
         state.enqueue(item, &mut wake);
         // Unlock before waking (`wake` was declared after the guard, so drop it by hand).
         drop(state);
@@ -362,7 +396,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
         let mut wake = WakeList::default();
         let mut state = self.shared.state.lock();
         state.promote_due(self.shared.epoch, &mut wake);
-        match state.pop() {
+        match state.pop(&self.shared.counters) {
             Some(item) => Some(Some(item)),
             None if state.shutting_down => Some(None),
             None => None,
@@ -573,28 +607,46 @@ impl<T: Eq + Hash + Clone> State<T> {
         }
     }
 
-    /// Whether an `add` of `item` would change nothing because it is queued, or dirty while
-    /// being processed: the duplicate add, answered with one probe and nothing else.
+    /// The `add` of an item the map already holds as queued, dirty or being processed, with
+    /// one probe: nothing changes for the first two (the duplicate add), and an item being
+    /// processed is marked dirty, which wakes nobody. Returns whether the add was handled,
+    /// leaving `item` dirty; `false` sends `add` down the general path.
     ///
     /// Answers only when no delayed entry is pending, so that there is nothing to promote
     /// first; with entries pending, `add` takes the general path.
     #[inline]
-    fn is_already_dirty(&self, item: &T) -> bool {
-        self.delayed.is_empty()
-            && self.items.get(item).is_some_and(|state| {
-                matches!(
-                    self.fifo.current(*state),
-                    ItemState::Queued(_) | ItemState::ProcessingDirty
-                )
-            })
+    fn add_known(&mut self, item: &T) -> bool {
+        if !self.delayed.is_empty() {
+            return false;
+        }
+        let Some(state) = self.items.get_mut(item) else {
+            return false;
+        };
+        match self.fifo.current(*state) {
+            ItemState::Queued(_) | ItemState::ProcessingDirty => {}
+            ItemState::Processing => {
+                *state = ItemState::ProcessingDirty;
+                if let Some(metrics) = &mut self.metrics {
+                    metrics.add(item);
+                }
+            }
+            ItemState::Waiting(_) | ItemState::ProcessingWaiting(_) => return false,
+        }
+        true
     }
 
     /// Takes the oldest queued item. Popping it from the FIFO is what marks it as being
     /// processed: the map is not touched (see [`Fifo::current`]).
-    fn pop(&mut self) -> Option<T> {
+    ///
+    /// This is the one transition out of the dirty states, so it is counted for the
+    /// lock-free duplicate check before the item is handed out.
+    fn pop(&mut self, counters: &PopCounters) -> Option<T> {
         let seq = self.fifo.popped;
         let item = self.fifo.pop()?;
         debug_assert_eq!(self.items.get(&item), Some(&ItemState::Queued(seq)));
+        if counters.is_counting() {
+            counters.count_pop(&item);
+        }
         self.processing += 1;
         if let Some(metrics) = &mut self.metrics {
             metrics.get(&item);
@@ -740,7 +792,7 @@ impl<T: Eq + Hash + Clone> Waiter<'_, T> {
                 let mut state = self.shared.state.lock();
                 let old_waker = self.slot.and_then(|slot| state.waiters.begin_poll(slot));
                 state.promote_due(self.shared.epoch, &mut wake);
-                let out = match state.pop() {
+                let out = match state.pop(&self.shared.counters) {
                     Some(item) => Some(Some(item)),
                     None if state.shutting_down => Some(None),
                     None => None,
@@ -901,6 +953,45 @@ mod tests {
         queue.done(&"x");
         assert!(queue.is_empty());
         queue.shut_down();
+        assert_eq!(queue.get().await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_re_added_item_skips_the_lock_only_until_it_is_handed_out() {
+        let queue = Queue::new();
+        let certain = |item: &'static str| queue.shared.counters.is_certainly_dirty(&item);
+        queue.add("x");
+        assert!(!certain("x"), "a first add remembers nothing");
+        queue.add("x"); // a duplicate found under the lock: remembered
+        assert!(certain("x"));
+        queue.add("y");
+        queue.add("y");
+        assert_eq!(queue.get().await, Some("x"));
+        assert!(!certain("x"), "handed out: no longer certain");
+        queue.add("x"); // being processed: marked dirty, not dropped
+        assert_eq!(queue.len(), 1);
+        queue.done(&"x");
+        assert_eq!(queue.len(), 2);
+        assert_eq!(queue.get().await, Some("y"));
+        assert_eq!(queue.get().await, Some("x"));
+        assert!(!certain("x"));
+        queue.done(&"x");
+        queue.add("x"); // queued anew: the remembered entry is renewed
+        assert!(certain("x"));
+        assert_eq!(queue.get().await, Some("x"));
+        assert!(!certain("x"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_add_of_a_remembered_item_after_shut_down_is_still_ignored() {
+        let queue = Queue::new();
+        queue.add(1);
+        queue.add(1);
+        queue.shut_down();
+        queue.add(1);
+        assert_eq!(queue.get().await, Some(1));
+        queue.done(&1);
+        queue.add(1);
         assert_eq!(queue.get().await, None);
     }
 

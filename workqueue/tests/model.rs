@@ -508,3 +508,47 @@ fn threads_never_share_lose_or_duplicate_items() {
         }
     });
 }
+
+/// An `add` that follows a `get` of the item on another thread is never dropped, although the
+/// adding thread remembered the item as queued just before (the lock-free duplicate check).
+/// The threads take turns through channels, so every get must find its item at once.
+#[test]
+fn an_add_after_a_get_on_another_thread_is_never_lost() {
+    const ROUNDS: u64 = 20_000;
+
+    let queue = workqueue::Queue::<u64>::new();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (got_tx, got_rx) = std::sync::mpsc::channel::<Option<u64>>();
+    let worker = std::thread::spawn({
+        let queue = queue.clone();
+        move || {
+            while go_rx.recv().is_ok() {
+                let got = match poll_once(pin!(queue.get())) {
+                    Poll::Ready(item) => item,
+                    Poll::Pending => None,
+                };
+                got_tx.send(got).unwrap();
+                if let Some(item) = got {
+                    queue.done(&item);
+                }
+            }
+        }
+    });
+    for round in 0..ROUNDS {
+        let item = round % 8;
+        for _ in 0..3 {
+            queue.add(item); // queued, then remembered, then answered without the lock
+        }
+        go_tx.send(()).unwrap();
+        assert_eq!(got_rx.recv().unwrap(), Some(item));
+        queue.add(item); // the worker has it (or is done with it): this add must count
+        go_tx.send(()).unwrap();
+        assert_eq!(
+            got_rx.recv().unwrap(),
+            Some(item),
+            "round {round}: the add after get was lost"
+        );
+    }
+    drop(go_tx);
+    worker.join().unwrap();
+}
