@@ -56,34 +56,44 @@ impl Drop for PreciseWake {
 ///
 /// Returns `None`, having registered nothing, if the thread could not be started.
 pub(crate) fn wake_at(at: Instant, waker: &Waker) -> Option<PreciseWake> {
-    let started = *STARTED.get_or_init(|| {
+    if !started() {
+        return None;
+    }
+    Some(REGISTRATIONS.lock().register(at, waker))
+}
+
+/// Starts the timer thread on first use; whether it runs.
+fn started() -> bool {
+    *STARTED.get_or_init(|| {
         std::thread::Builder::new()
             .name("workqueue-timer".into())
             .spawn(run)
             .is_ok()
-    });
-    if !started {
-        return None;
-    }
-    let mut state = REGISTRATIONS.lock();
-    let id = state.next_id;
-    state.next_id += 1;
-    state.entries.push(Registration {
-        id,
-        at,
-        waker: waker.clone(),
-    });
-    if let Some(until) = state.asleep
-        && until.is_none_or(|until| at < until)
-    {
-        state.asleep = None;
-        WAKEUP.notify_one();
-    }
-    Some(PreciseWake {
-        id,
-        at,
-        waker: waker.clone(),
     })
+}
+
+impl Registrations {
+    /// Adds a wake-up of `waker` at `at`, waking the timer thread if it sleeps past `at`.
+    fn register(&mut self, at: Instant, waker: &Waker) -> PreciseWake {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.entries.push(Registration {
+            id,
+            at,
+            waker: waker.clone(),
+        });
+        if let Some(until) = self.asleep
+            && until.is_none_or(|until| at < until)
+        {
+            self.asleep = None;
+            WAKEUP.notify_one();
+        }
+        PreciseWake {
+            id,
+            at,
+            waker: waker.clone(),
+        }
+    }
 }
 
 /// Whether the timer thread is running (set once, by the first [`wake_at`]).
@@ -193,9 +203,16 @@ mod tests {
     #[test]
     fn registrations_wake_in_deadline_order_each_once() {
         let (w, rx) = wakers(&["late", "early"]);
-        let now = Instant::now();
-        let _late = wake_at(now + Duration::from_millis(4), &w[0]).unwrap();
-        let _early = wake_at(now + Duration::from_micros(100), &w[1]).unwrap();
+        assert!(started());
+        let base = Instant::now();
+        // Registered later but due sooner. Both go in under one hold of the lock, so the
+        // thread finds "early" no later than "late", however the threads are scheduled.
+        let (_late, _early) = {
+            let mut state = REGISTRATIONS.lock();
+            let late = state.register(base + Duration::from_millis(2), &w[0]);
+            let early = state.register(base + Duration::from_micros(100), &w[1]);
+            (late, early)
+        };
         assert_eq!(next(&rx), "early");
         assert_eq!(next(&rx), "late");
         // Once a later registration has fired, the thread is past both deadlines.
