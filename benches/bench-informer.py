@@ -17,7 +17,9 @@ over the four cases (ConfigMaps and Pods, managedFields kept and stripped).
 
 Ours runs twice per round: caching `Raw<K>` (the JSON as sent, decoded on demand; the
 representation the last line reports) and caching k8s-openapi's typed structs, shown beside
-it for comparison.
+it for comparison. client-go also runs twice: as its users get it (typed clients of built-in
+kinds ask the server for protobuf; the last line compares against this one) and asking for
+JSON, the only encoding our client speaks, shown for comparison.
 
 Every JSON line of every round is kept in target/bench-informer/rounds.jsonl.
 """
@@ -90,6 +92,8 @@ def run(name, opts):
             cmd += ["--only", opts.only]
     else:
         cmd = [THEIRS, "-kubeconfig", opts.kubeconfig, "-namespace", opts.namespace]
+        if name == "client-go/json":
+            cmd.append("-json")
         if opts.only:
             cmd += ["-only", opts.only]
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
@@ -136,7 +140,7 @@ def main():
     by_round = defaultdict(dict)
     with open(os.path.join(OUT_DIR, "rounds.jsonl"), "w") as raw:
         for rnd in range(1, opts.rounds + 1):
-            order = ["ours/raw", "ours/typed", "client-go"]
+            order = ["ours/raw", "ours/typed", "client-go", "client-go/json"]
             if rnd % 2 == 0:
                 order.reverse()
             for name in order:
@@ -230,6 +234,18 @@ def main():
         print(
             f"{label:<40} {fmt(typed):>10} {fmt(theirs):>10} {fmt_ratio(typed, theirs):>15} "
             f"{spread(workload, field, 'ours/typed'):>12}"
+        )
+
+    print()
+    print("client-go asking for JSON, as ours does (its default for built-in kinds is protobuf):")
+    for label, workload in [("initial sync, ConfigMaps informer", SYNC),
+                            ("paged LIST (500) + decode, ConfigMaps", LIST)]:
+        ours, json_ = get("ours/raw", workload, "secs"), get("client-go/json", workload, "secs")
+        if ours is None or json_ is None:
+            continue
+        print(
+            f"{label:<40} {fmt_ms(ours):>10} {fmt_ms(json_):>10} {fmt_ratio(ours, json_):>15} "
+            f"{spread(workload, 'secs', theirs_impl='client-go/json'):>12}"
         )
 
     print()

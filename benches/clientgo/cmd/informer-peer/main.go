@@ -47,6 +47,7 @@ type args struct {
 	warmup     int
 	timeout    time.Duration
 	only       string
+	json       bool
 }
 
 type workload struct {
@@ -84,6 +85,7 @@ func main() {
 	flag.IntVar(&a.warmup, "warmup", 1, "untimed paged LISTs before measuring, to open the connection and warm both ends")
 	flag.DurationVar(&a.timeout, "timeout", 120*time.Second, "how long an informer may take to sync before the run fails")
 	flag.StringVar(&a.only, "only", "", "run only the workloads whose name contains this text")
+	flag.BoolVar(&a.json, "json", false, "ask the server for JSON, as informer-bench does, instead of client-go's default protobuf")
 	flag.Parse()
 	if a.pageSize < 1 {
 		fail(fmt.Errorf("-page-size must be at least 1"))
@@ -94,6 +96,13 @@ func main() {
 		fail(fmt.Errorf("loading the kubeconfig: %w", err))
 	}
 	config.QPS = -1 // no client-side rate limit; see the package docs
+	impl := "client-go"
+	if a.json {
+		// With a content type set, the typed clients no longer default to protobuf.
+		config.ContentType = "application/json"
+		config.AcceptContentTypes = "application/json"
+		impl = "client-go/json"
+	}
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		fail(err)
@@ -125,7 +134,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "%9s %-26s %8.1f ms  (%d items, %d pages of %d)\n",
 				"client-go", w.name(), ms(elapsed), items, pages, a.pageSize)
 			emit(map[string]any{
-				"impl": "client-go", "workload": w.name(), "objects": items, "pages": pages,
+				"impl": impl, "workload": w.name(), "objects": items, "pages": pages,
 				"secs": elapsed.Seconds(),
 			})
 			continue
@@ -138,7 +147,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "%9s %-26s %8.1f ms  %8.0f bytes/object  (%d objects)\n",
 			"client-go", w.name(), ms(o.elapsed), perObject, o.objects)
 		emit(map[string]any{
-			"impl": "client-go", "workload": w.name(), "objects": o.objects,
+			"impl": impl, "workload": w.name(), "objects": o.objects,
 			"secs": o.elapsed.Seconds(), "heap_bytes": o.heapBytes, "bytes_per_object": perObject,
 		})
 	}
