@@ -1726,15 +1726,6 @@ mod tests {
 
     #[test]
     fn snapshot_of_a_tombstone_without_object_has_no_resource_version() {
-        struct Forgetful;
-        impl KnownObjects<ConfigMap> for Forgetful {
-            fn list_keys(&self) -> Vec<Key> {
-                vec![Key::from("ns/ghost")]
-            }
-            fn get_by_key(&self, _key: &str) -> Option<Arc<ConfigMap>> {
-                None
-            }
-        }
         let fifo = DeltaFifo::with_options(DeltaFifoOptions {
             known_objects: Some(Arc::new(Forgetful)),
             ..DeltaFifoOptions::default()

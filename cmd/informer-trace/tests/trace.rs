@@ -77,24 +77,29 @@ fn spawn_trace(kubeconfig: &PathBuf, args: &[&str]) -> (Child, mpsc::Receiver<St
     (child, lines)
 }
 
-#[test]
-#[ignore = "needs cluster"]
-fn trace_shows_the_list_the_watch_and_each_change_reaching_the_indexer() {
-    let (kubeconfig, kubectl_bin) = testenv();
-    let ns = format!("trace-{}", std::process::id());
-    kubectl(&kubectl_bin, &kubeconfig, &["create", "namespace", &ns]);
+/// Creates namespace `ns` holding one ConfigMap, `before`, for the trace's first LIST.
+fn create_namespace_with_before(kubectl_bin: &PathBuf, kubeconfig: &PathBuf, ns: &str) {
+    kubectl(kubectl_bin, kubeconfig, &["create", "namespace", ns]);
     kubectl(
-        &kubectl_bin,
-        &kubeconfig,
+        kubectl_bin,
+        kubeconfig,
         &[
             "-n",
-            &ns,
+            ns,
             "create",
             "configmap",
             "before",
             "--from-literal=a=1",
         ],
     );
+}
+
+#[test]
+#[ignore = "needs cluster"]
+fn trace_shows_the_list_the_watch_and_each_change_reaching_the_indexer() {
+    let (kubeconfig, kubectl_bin) = testenv();
+    let ns = format!("trace-{}", std::process::id());
+    create_namespace_with_before(&kubectl_bin, &kubeconfig, &ns);
 
     let (mut child, lines) = spawn_trace(
         &kubeconfig,
@@ -172,19 +177,7 @@ fn trace_shows_the_list_the_watch_and_each_change_reaching_the_indexer() {
 fn trace_shows_the_deltas_the_fifo_holds_per_key_while_pops_are_held() {
     let (kubeconfig, kubectl_bin) = testenv();
     let ns = format!("trace-fifo-{}", std::process::id());
-    kubectl(&kubectl_bin, &kubeconfig, &["create", "namespace", &ns]);
-    kubectl(
-        &kubectl_bin,
-        &kubeconfig,
-        &[
-            "-n",
-            &ns,
-            "create",
-            "configmap",
-            "before",
-            "--from-literal=a=1",
-        ],
-    );
+    create_namespace_with_before(&kubectl_bin, &kubeconfig, &ns);
 
     // A pop delay longer than the test: nothing leaves the FIFO, so what it holds is certain.
     let (mut child, lines) = spawn_trace(
