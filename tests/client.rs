@@ -1394,3 +1394,78 @@ async fn http1_only(mode: AuthMode) {
         .unwrap();
     assert_eq!(names_of(&listed.items), ["h"]);
 }
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn protobuf_list_reads_the_same_objects_as_json() {
+    use controller_runtime::client::protobuf;
+
+    let client = client(AuthMode::ClientCertificate);
+    let ns = TestNamespace::create(&client, "proto").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    for i in 0..3 {
+        api.create(
+            &PostParams::default(),
+            &configmap(&format!("pb{i}"), &[("k", "v")]),
+        )
+        .await
+        .unwrap();
+    }
+    let json = api.list(&ListParams::default().limit(2)).await.unwrap();
+
+    let path = format!("/api/v1/namespaces/{}/configmaps?limit=2", ns.name);
+    let body = client.get_protobuf(&path).await.unwrap();
+    let envelope = protobuf::envelope(&body).unwrap();
+    assert_eq!(
+        (envelope.api_version, envelope.kind),
+        ("v1", "ConfigMapList")
+    );
+    let list = protobuf::list(envelope.raw).unwrap();
+    // Three ConfigMaps and the namespace's kube-root-ca.crt, two to a page.
+    assert!(!list.continue_token.is_empty(), "a continue token");
+    assert_eq!(list.remaining_item_count, Some(2));
+    assert_eq!(json.metadata.remaining_item_count, Some(2));
+    let got: Vec<_> = list
+        .items
+        .iter()
+        .map(|item| {
+            let meta = protobuf::object_meta(item).unwrap();
+            let labels: Vec<_> = meta
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            (
+                meta.name.to_owned(),
+                meta.namespace.to_owned(),
+                meta.uid.to_owned(),
+                labels,
+            )
+        })
+        .collect();
+    let want: Vec<_> = json
+        .items
+        .iter()
+        .map(|cm| {
+            let m = &cm.metadata;
+            let labels = m
+                .labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            (
+                m.name.clone().unwrap(),
+                m.namespace.clone().unwrap(),
+                m.uid.clone().unwrap(),
+                labels,
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+
+    // An error answer in protobuf is still an API error with its HTTP code.
+    let missing = format!("/api/v1/namespaces/{}/configmaps/missing", ns.name);
+    let err = client.get_protobuf(&missing).await.unwrap_err();
+    assert_eq!(err.code(), Some(404), "{err}");
+}

@@ -11,6 +11,9 @@
 //!                 ◀── error body ─▶ Error::Api(Status)
 //! ```
 //!
+//! [`protobuf`] reads the apiserver's protobuf wire format (envelope, lists, watch frames,
+//! object metadata) for built-in kinds, fetched with [`Client::get_protobuf`].
+//!
 //! A [`Client`] is cheap to clone; clones share one connection pool. Against a server that
 //! offers HTTP/2 (every kube-apiserver does), all requests, watches included, share one TLS
 //! connection.
@@ -57,6 +60,7 @@ mod dynamic;
 mod error;
 mod lister_watcher;
 mod params;
+pub mod protobuf;
 mod rate_limit;
 mod raw;
 mod scan;
@@ -346,6 +350,19 @@ impl Client {
     pub async fn get_raw(&self, path: &str) -> Result<Bytes> {
         self.request_bytes(Req::new(Method::GET, path.to_owned()))
             .await
+    }
+
+    /// GETs `path` asking for protobuf ([`protobuf::MEDIA_TYPE`]) and returns the body,
+    /// which [`protobuf::envelope`] reads. Built-in kinds only: the apiserver answers 406
+    /// for custom resources, which it serves as JSON alone.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::get_raw`].
+    pub async fn get_protobuf(&self, path: &str) -> Result<Bytes> {
+        let mut req = Req::new(Method::GET, path.to_owned());
+        req.accept = protobuf::MEDIA_TYPE;
+        self.request_bytes(req).await
     }
 
     /// Sends a request with a JSON body (if any) to `path` and decodes the JSON answer.
