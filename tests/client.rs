@@ -1464,8 +1464,14 @@ async fn protobuf_list_reads_the_same_objects_as_json() {
         .collect();
     assert_eq!(got, want);
 
-    // An error answer in protobuf is still an API error with its HTTP code.
+    // An error answer comes in protobuf too, and reads as the same Status.
     let missing = format!("/api/v1/namespaces/{}/configmaps/missing", ns.name);
     let err = client.get_protobuf(&missing).await.unwrap_err();
-    assert_eq!(err.code(), Some(404), "{err}");
+    assert!(err.is_not_found(), "{err}");
+    let status = err.status().expect("a Status");
+    assert_eq!(status.reason.as_deref(), Some("NotFound"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some(r#"configmaps "missing" not found"#)
+    );
 }

@@ -197,7 +197,15 @@ impl Error {
 
 /// A `Status` for an error response whose body was not a `Status`.
 pub(crate) fn status_from_response(code: u16, body: &[u8]) -> Status {
-    if let Ok(mut status) = serde_json::from_slice::<Status>(body)
+    let decoded = if body.starts_with(super::protobuf::MAGIC) {
+        super::protobuf::envelope(body)
+            .ok()
+            .filter(|e| e.kind == "Status")
+            .and_then(|e| super::protobuf::status(e.raw).ok())
+    } else {
+        serde_json::from_slice::<Status>(body).ok()
+    };
+    if let Some(mut status) = decoded
         && (status.code.is_some() || status.reason.is_some() || status.message.is_some())
     {
         status.code.get_or_insert(i32::from(code));

@@ -353,12 +353,13 @@ impl Client {
     }
 
     /// GETs `path` asking for protobuf ([`protobuf::MEDIA_TYPE`]) and returns the body,
-    /// which [`protobuf::envelope`] reads. Built-in kinds only: the apiserver answers 406
-    /// for custom resources, which it serves as JSON alone.
+    /// which [`protobuf::envelope`] reads. Built-in kinds only: custom resources have no
+    /// protobuf form.
     ///
     /// # Errors
     ///
-    /// As [`Client::get_raw`].
+    /// As [`Client::get_raw`]; an error answer's protobuf `Status` is decoded into
+    /// [`Error::Api`] like a JSON one.
     pub async fn get_protobuf(&self, path: &str) -> Result<Bytes> {
         let mut req = Req::new(Method::GET, path.to_owned());
         req.accept = protobuf::MEDIA_TYPE;

@@ -393,6 +393,29 @@ pub fn object_meta(object: &[u8]) -> Result<ObjectMeta<'_>> {
     Ok(meta)
 }
 
+/// Reads a `Status` (an error answer, or an `ERROR` watch event's object) from its
+/// envelope's `raw`: `status`, `message`, `reason` and `code`; `details` is left out.
+///
+/// # Errors
+///
+/// If the status is malformed.
+pub fn status(raw: &[u8]) -> Result<super::Status> {
+    let mut status = super::Status::default();
+    for_each(raw, |field, at| {
+        match (field.number, field.value) {
+            (2, _) => status.status = Some(field.str("status", at)?.to_owned()),
+            (3, _) => status.message = Some(field.str("message", at)?.to_owned()),
+            (4, _) => status.reason = Some(field.str("reason", at)?.to_owned()),
+            // int32 on the wire: a negative one is sign-extended to 64 bits.
+            (6, Value::Varint(code)) => status.code = Some(code as i32),
+            (6, _) => return fail("code", at),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(status)
+}
+
 /// Cuts a protobuf watch body (`application/vnd.kubernetes.protobuf;stream=watch`) into
 /// frames: each is a 4-byte big-endian length, then that many bytes.
 ///
@@ -592,6 +615,19 @@ mod tests {
     fn invalid_utf8_in_a_string_field_is_an_error() {
         let obj = ld(1, &ld(1, b"\xff\xfe"));
         assert_eq!(object_meta(&obj).unwrap_err().what, "metadata.name");
+    }
+
+    #[test]
+    fn status_reads_its_fields() {
+        let mut raw = [ld(2, b"Failure"), ld(3, b"gone"), ld(4, b"NotFound")].concat();
+        raw.extend(varint(6 << 3));
+        raw.extend(varint(404));
+        let status = status(&raw).unwrap();
+        assert_eq!(status.status.as_deref(), Some("Failure"));
+        assert_eq!(status.message.as_deref(), Some("gone"));
+        assert_eq!(status.reason.as_deref(), Some("NotFound"));
+        assert_eq!(status.code, Some(404));
+        assert_eq!(super::status(&ld(6, b"x")).unwrap_err().what, "code");
     }
 
     #[test]
