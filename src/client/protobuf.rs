@@ -154,10 +154,9 @@ impl<'a> Fields<'a> {
     fn field(&mut self) -> Result<Field<'a>> {
         let start = self.pos;
         let key = self.varint("a field key")?;
-        let number = u32::try_from(key >> 3)
-            .ok()
-            .filter(|&n| n != 0)
-            .map_or_else(|| fail("a field number", start), Ok)?;
+        let Some(number) = u32::try_from(key >> 3).ok().filter(|&n| n != 0) else {
+            return fail("a field number", start);
+        };
         let value = match key & 7 {
             0 => Value::Varint(self.varint("a varint")?),
             1 => {
@@ -419,8 +418,8 @@ pub fn status(raw: &[u8]) -> Result<super::Status> {
 /// Cuts a protobuf watch body (`application/vnd.kubernetes.protobuf;stream=watch`) into
 /// frames: each is a 4-byte big-endian length, then that many bytes.
 ///
-/// Chunks go in as they arrive; a frame split across chunks is joined once, and a frame
-/// held in one chunk is handed out without a copy.
+/// Chunks go in as they arrive and are appended to one buffer; each frame is split off
+/// that buffer without a further copy.
 #[derive(Debug)]
 pub struct WatchFramer {
     buf: BytesMut,
@@ -443,7 +442,7 @@ impl WatchFramer {
     }
 
     /// Adds the next chunk of the body.
-    pub fn push(&mut self, chunk: &Bytes) {
+    pub fn push(&mut self, chunk: &[u8]) {
         self.buf.extend_from_slice(chunk);
     }
 
@@ -661,7 +660,7 @@ mod tests {
             let mut framer = WatchFramer::default();
             let mut got = Vec::new();
             for part in [&body[..cut], &body[cut..]] {
-                framer.push(&Bytes::copy_from_slice(part));
+                framer.push(part);
                 while let Some(f) = framer.next_frame().unwrap() {
                     got.push(f);
                 }
@@ -670,7 +669,7 @@ mod tests {
             assert_eq!(framer.pending(), 0);
         }
         let mut framer = WatchFramer::new(4);
-        framer.push(&Bytes::from_static(b"\x00\x00\x00\x05hello"));
+        framer.push(b"\x00\x00\x00\x05hello");
         assert_eq!(
             framer.next_frame().unwrap_err().what,
             "a frame length within the limit"
@@ -685,7 +684,7 @@ mod tests {
         let mut framer = WatchFramer::default();
         let mut frames = Vec::new();
         for chunk in body.chunks(97) {
-            framer.push(&Bytes::copy_from_slice(chunk));
+            framer.push(chunk);
             while let Some(frame) = framer.next_frame().unwrap() {
                 frames.push(frame);
             }
