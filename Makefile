@@ -17,7 +17,7 @@ export TESTENV_KUBECONFIG := $(KUBECONFIG_TESTENV)
 export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
 .PHONY: all demo test test-unit test-cluster lint fmt cluster cluster-down cluster-status \
-	testenv bench bench-decode bench-queue bench-informer
+	testenv bench bench-decode bench-queue bench-informer protoschema
 
 all: lint test-unit
 
@@ -32,6 +32,7 @@ test: lint test-unit test-cluster
 test-unit:
 	cargo test --workspace
 	cd testenv && go test -v ./...
+	cd tools/protoschema && go test -v ./...
 
 ## test-cluster: the cluster tests (#[ignore = "needs cluster"]); starts a cluster if none runs
 ## and stops it afterwards, even when a test fails; a cluster that was already up is left up
@@ -52,10 +53,16 @@ lint:
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 	cd testenv && test -z "$$(gofmt -l .)" && go vet ./...
 	cd benches/clientgo && test -z "$$(gofmt -l .)" && go vet ./...
+	cd tools/protoschema && test -z "$$(gofmt -l .)" && go vet ./...
 
 fmt:
 	cargo fmt --all
 	cd testenv && gofmt -w .
+	cd tools/protoschema && gofmt -w .
+
+## protoschema: regenerate src/client/proto_tables.rs (protobuf field tables) from k8s.io/api
+protoschema:
+	cd tools/protoschema && go run . ../../src/client/proto_tables.rs
 
 ## cluster: start the real local cluster (or report the running one); writes target/testenv/kubeconfig
 cluster: testenv
