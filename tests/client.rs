@@ -252,7 +252,7 @@ async fn next_event<K: WatchObject>(
 /// The collection's current resourceVersion, to watch from.
 async fn current_version<K>(api: &Api<K>) -> String
 where
-    K: serde::de::DeserializeOwned + Serialize,
+    K: WatchObject + Serialize,
 {
     api.list(&ListParams::default().limit(1))
         .await

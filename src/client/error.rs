@@ -57,6 +57,18 @@ pub enum Error {
         snippet: String,
     },
 
+    /// A protobuf response or watch frame that could not be read or transcoded into JSON.
+    /// A field this client's tables do not know also makes the client read that kind as
+    /// JSON from then on, so the list or watch that follows succeeds.
+    #[error("decoding {what}: {source}")]
+    Protobuf {
+        /// What was being decoded, e.g. `a watch frame from /api/v1/pods`.
+        what: String,
+        /// What was wrong with it.
+        #[source]
+        source: super::proto_json::Error,
+    },
+
     /// A watch stream ended in the middle of a frame.
     #[error("watch stream from {url} ended in the middle of a frame ({len} bytes pending)")]
     TruncatedFrame {

@@ -111,9 +111,10 @@ pub(crate) fn classify(error: Error) -> LwError {
     } else {
         match &error {
             Error::Transport { .. } if refused(&error) => ErrorKind::ConnectionRefused,
-            Error::Decode { .. } | Error::TruncatedFrame { .. } | Error::Body { .. } => {
-                ErrorKind::Stream
-            }
+            Error::Decode { .. }
+            | Error::Protobuf { .. }
+            | Error::TruncatedFrame { .. }
+            | Error::Body { .. } => ErrorKind::Stream,
             _ => ErrorKind::Other,
         }
     };

@@ -60,6 +60,9 @@ mod dynamic;
 mod error;
 mod lister_watcher;
 mod params;
+pub mod proto_json;
+mod proto_schema;
+mod proto_tables;
 pub mod protobuf;
 mod rate_limit;
 mod raw;
@@ -92,7 +95,7 @@ pub use params::{
 pub use raw::Raw;
 pub use watch::{
     Bookmark, BookmarkMeta, FrameDecoder, INITIAL_EVENTS_END, WatchEvent, WatchObject, WatchStream,
-    decode_event,
+    decode_event, decode_protobuf_event,
 };
 
 use crate::config::{Config, Credentials};
@@ -156,6 +159,11 @@ pub struct ClientOptions {
     pub max_retries: u32,
     /// Offer HTTP/2 by ALPN. Default true; HTTP/1.1 is used when the server declines.
     pub http2: bool,
+    /// List and watch built-in kinds as protobuf when the objects are cached as
+    /// [`Raw`] (what informers cache), transcoding them into the same JSON: the server
+    /// encodes protobuf about twice as fast and sends fewer bytes. Default true; false keeps
+    /// every request on JSON.
+    pub protobuf: bool,
 }
 
 impl Default for ClientOptions {
@@ -171,6 +179,7 @@ impl Default for ClientOptions {
             ),
             max_retries: 10,
             http2: true,
+            protobuf: true,
         }
     }
 }
@@ -192,6 +201,7 @@ struct Inner {
     user_agent: HeaderValue,
     timeout: Option<Duration>,
     max_retries: u32,
+    protobuf: bool,
     default_namespace: String,
     source: String,
 }
@@ -204,6 +214,10 @@ impl std::fmt::Debug for Client {
             .finish_non_exhaustive()
     }
 }
+
+/// What a list or watch of a built-in kind accepts: protobuf, or JSON if the server has no
+/// protobuf form of it.
+pub(crate) const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
 
 /// One request, before it is sent (perhaps several times).
 pub(crate) struct Req {
@@ -322,6 +336,7 @@ impl Client {
                 user_agent,
                 timeout: options.timeout,
                 max_retries: options.max_retries,
+                protobuf: options.protobuf,
                 default_namespace: config.default_namespace,
                 source: config.source,
             }),
@@ -331,6 +346,12 @@ impl Client {
     /// The namespace the configuration names (its context's, or the pod's in-cluster).
     pub fn default_namespace(&self) -> &str {
         &self.inner.default_namespace
+    }
+
+    /// The protobuf form to ask for when listing or watching `K`: `K`'s, unless the client
+    /// was built with [`ClientOptions::protobuf`] off.
+    pub(crate) fn protobuf_kind<K: WatchObject>(&self) -> Option<proto_json::ProtoKind> {
+        K::protobuf_kind().filter(|_| self.inner.protobuf)
     }
 
     /// The server's base URL.
@@ -482,7 +503,16 @@ impl Client {
         })
     }
 
-    pub(crate) async fn request_watch<K: WatchObject>(&self, req: Req) -> Result<WatchStream<K>> {
+    /// Starts a watch. With `protobuf`, the request asks for that kind as protobuf (falling
+    /// back to JSON), and the stream reads whichever the server sends.
+    pub(crate) async fn request_watch<K: WatchObject>(
+        &self,
+        mut req: Req,
+        protobuf: Option<proto_json::ProtoKind>,
+    ) -> Result<WatchStream<K>> {
+        if protobuf.is_some() {
+            req.accept = ACCEPT_PROTOBUF;
+        }
         let response = self.send(&req).await?;
         let status = response.status();
         let url = format!("{}{}", self.inner.base, req.path);
@@ -501,7 +531,16 @@ impl Client {
                 &body,
             ))));
         }
-        Ok(WatchStream::new(response.into_body(), url))
+        // Asked for protobuf, a server may still answer JSON (a custom resource, or a
+        // server without it); the Content-Type says which.
+        let protobuf = protobuf.filter(|_| {
+            response
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with(protobuf::MEDIA_TYPE))
+        });
+        Ok(WatchStream::new(response.into_body(), url, protobuf))
     }
 }
 

@@ -194,6 +194,47 @@ impl<K> Raw<K> {
         })
     }
 
+    /// Keeps `json`, which [`proto_json`](super::proto_json) wrote (so it is well-formed),
+    /// whole: `fields` locate its key fields and span all of it.
+    ///
+    /// # Errors
+    ///
+    /// If the object is 4 GiB or more.
+    pub(crate) fn from_transcoded(json: String, fields: &ObjectFields) -> serde_json::Result<Self> {
+        debug_assert_eq!(fields.object, 0..json.len());
+        let escaped = [
+            &fields.name,
+            &fields.namespace,
+            &fields.resource_version,
+            &fields.uid,
+        ]
+        .iter()
+        .any(|f| f.as_ref().is_some_and(|f| f.escaped));
+        if escaped || u32::try_from(json.len()).is_err() {
+            // Rare: let the general path decode the escapes (or refuse the size).
+            return Self::from_fields(&json, fields);
+        }
+        let span = |f: &Option<StrSpan>| {
+            f.as_ref().map_or(Span::NONE, |f| Span {
+                start: f.range.start as u32,
+                end: f.range.end as u32,
+            })
+        };
+        Ok(Raw {
+            json_len: json.len() as u32,
+            name: span(&fields.name),
+            namespace: span(&fields.namespace),
+            resource_version: span(&fields.resource_version),
+            uid: span(&fields.uid),
+            labels: fields.labels.as_ref().map_or(Span::NONE, |l| Span {
+                start: l.start as u32,
+                end: l.end as u32,
+            }),
+            buf: json.into_boxed_str(),
+            _kind: PhantomData,
+        })
+    }
+
     /// Drops `metadata.managedFields`, which are often most of an object's bytes and which
     /// controllers rarely read: the transform to give an informer caching `Raw<K>` to halve
     /// what it holds.

@@ -121,7 +121,6 @@ pub(crate) fn scan_frame(input: &str) -> Scan<FrameFields> {
 }
 
 /// Checks that `input` is exactly one well-formed JSON value.
-#[cfg(test)]
 pub(crate) fn validate(input: &str) -> Scan<()> {
     let mut s = Scanner::new(input.as_bytes());
     s.skip_ws();
@@ -175,7 +174,7 @@ const HIGHS: u64 = 0x8080_8080_8080_8080;
 /// control character or `"`". Each test's lowest set bit is exact (a borrow only runs upward),
 /// so their union's is too.
 #[inline]
-fn special_bytes(w: u64) -> u64 {
+pub(crate) fn special_bytes(w: u64) -> u64 {
     let flipped = w ^ (ONES * 0x02);
     let control_or_quote = flipped.wrapping_sub(ONES * 0x21) & !flipped;
     let backslash = w ^ (ONES * u64::from(b'\\'));

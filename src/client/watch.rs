@@ -21,6 +21,8 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, Error as _};
 
 use super::error::{Error, Result, Status, snippet};
+use super::proto_json::{self, ProtoKind};
+use super::protobuf::{self, WatchFramer};
 use super::raw::Raw;
 use super::scan;
 
@@ -105,11 +107,41 @@ pub trait WatchObject: DeserializeOwned {
     fn decode_frame(frame: &[u8], what: &str) -> Result<WatchEvent<Self>> {
         decode_with_serde(frame, what)
     }
+
+    /// The protobuf form the apiserver can send this type in, if it has one. Lists and
+    /// watches of such a type ask for protobuf, and read the answer with
+    /// [`from_protobuf`](Self::from_protobuf) when it comes as protobuf. `None` (the default)
+    /// keeps the type on JSON; [`Raw`] of a built-in kind says `Some`.
+    fn protobuf_kind() -> Option<ProtoKind> {
+        None
+    }
+
+    /// Builds an object from its protobuf form: a list item, or a watch event's object.
+    /// Only called when [`protobuf_kind`](Self::protobuf_kind) gave `kind`.
+    ///
+    /// # Errors
+    ///
+    /// If the message cannot be transcoded; the default refuses every message.
+    fn from_protobuf(kind: ProtoKind, object: &[u8]) -> proto_json::Result<Self> {
+        let _ = (kind, object);
+        Err(proto_json::Error::Malformed(super::protobuf::Error {
+            what: "an object of a type without a protobuf form",
+            offset: 0,
+        }))
+    }
 }
 
 impl<K> WatchObject for K where K: k8s_openapi::Metadata<Ty = ObjectMeta> + DeserializeOwned {}
 
-impl<K> WatchObject for Raw<K> {
+impl<K: k8s_openapi::Resource> WatchObject for Raw<K> {
+    fn protobuf_kind() -> Option<ProtoKind> {
+        proto_json::kind(K::GROUP, K::VERSION, K::KIND).filter(|kind| kind.usable())
+    }
+
+    fn from_protobuf(kind: ProtoKind, object: &[u8]) -> proto_json::Result<Self> {
+        proto_json::transcode(kind, object)
+    }
+
     fn decode_frame(frame: &[u8], what: &str) -> Result<WatchEvent<Self>> {
         let fail = |source: serde_json::Error| Error::Decode {
             what: format!("a watch frame from {what}"),
@@ -131,6 +163,59 @@ impl<K> WatchObject for Raw<K> {
         };
         Ok(wrap(Raw::from_fields(text, object).map_err(fail)?))
     }
+}
+
+/// Decodes one protobuf watch frame of `kind` into an event, as [`decode_event`] does a
+/// JSON one. A field the tables do not know makes `kind` JSON-only from then on, so the
+/// relist that follows the error reads JSON.
+///
+/// # Errors
+///
+/// As [`decode_event`]; [`Error::Protobuf`] for a frame that is not a valid event.
+pub fn decode_protobuf_event<K: WatchObject>(
+    kind: ProtoKind,
+    frame: &[u8],
+    what: &str,
+) -> Result<WatchEvent<K>> {
+    let fail = |source: proto_json::Error| {
+        if matches!(source, proto_json::Error::UnknownField { .. }) {
+            tracing::warn!(%source, "reading this kind as JSON from now on");
+            kind.refuse();
+        }
+        Error::Protobuf {
+            what: format!("a watch frame from {what}"),
+            source,
+        }
+    };
+    let event = protobuf::watch_event(frame).map_err(|e| fail(e.into()))?;
+    let raw = event.object.raw;
+    let wrap = match event.event_type {
+        "ADDED" => WatchEvent::Added,
+        "MODIFIED" => WatchEvent::Modified,
+        "DELETED" => WatchEvent::Deleted,
+        "BOOKMARK" => {
+            let json = proto_json::transcode_json(kind, raw).map_err(fail)?;
+            let bookmark: Bookmark =
+                serde_json::from_str(&json).map_err(|source| Error::Decode {
+                    what: format!("a bookmark from {what}"),
+                    source,
+                    snippet: snippet(json.as_bytes(), 200),
+                })?;
+            return Ok(WatchEvent::Bookmark(bookmark));
+        }
+        "ERROR" => {
+            let status = protobuf::status(raw).map_err(|e| fail(e.into()))?;
+            return Err(Error::Api(Box::new(status)));
+        }
+        other => {
+            return Err(Error::Decode {
+                what: format!("a watch frame from {what}"),
+                source: serde_json::Error::custom(format!("unknown event type {other:?}")),
+                snippet: snippet(frame, 200),
+            });
+        }
+    };
+    Ok(wrap(K::from_protobuf(kind, raw).map_err(fail)?))
 }
 
 /// [`decode_event`] through serde.
@@ -227,8 +312,17 @@ impl FrameDecoder {
 pub struct WatchStream<K> {
     body: Option<Incoming>,
     url: String,
-    decoder: FrameDecoder,
+    framing: Framing,
     _kind: PhantomData<fn() -> K>,
+}
+
+/// How a watch body is cut into frames and read.
+#[derive(Debug)]
+enum Framing {
+    /// Newline-delimited JSON.
+    Json(FrameDecoder),
+    /// Length-prefixed protobuf of this kind.
+    Protobuf(WatchFramer, ProtoKind),
 }
 
 impl<K> std::fmt::Debug for WatchStream<K> {
@@ -241,12 +335,39 @@ impl<K> std::fmt::Debug for WatchStream<K> {
 }
 
 impl<K: WatchObject> WatchStream<K> {
-    pub(crate) fn new(body: Incoming, url: String) -> Self {
+    /// A stream over `body`: protobuf frames of `protobuf` if given, JSON lines otherwise.
+    pub(crate) fn new(body: Incoming, url: String, protobuf: Option<ProtoKind>) -> Self {
+        let framing = match protobuf {
+            Some(kind) => Framing::Protobuf(WatchFramer::default(), kind),
+            None => Framing::Json(FrameDecoder::new()),
+        };
         WatchStream {
             body: Some(body),
             url,
-            decoder: FrameDecoder::new(),
+            framing,
             _kind: PhantomData,
+        }
+    }
+
+    /// Whether the server sends this watch as protobuf.
+    pub fn is_protobuf(&self) -> bool {
+        matches!(self.framing, Framing::Protobuf(..))
+    }
+
+    /// The next whole frame's event, if one has arrived.
+    fn next_buffered(&mut self) -> Option<Result<WatchEvent<K>>> {
+        match &mut self.framing {
+            Framing::Json(decoder) => {
+                let frame = decoder.next_frame()?;
+                Some(decode_event(&frame, &self.url))
+            }
+            Framing::Protobuf(framer, kind) => match framer.next_frame() {
+                Ok(frame) => Some(decode_protobuf_event(*kind, &frame?, &self.url)),
+                Err(e) => Some(Err(Error::Protobuf {
+                    what: format!("a watch frame from {}", self.url),
+                    source: e.into(),
+                })),
+            },
         }
     }
 
@@ -269,8 +390,7 @@ impl<K: WatchObject> WatchStream<K> {
     /// Cancel safe: a frame read but not yet returned stays buffered for the next call.
     pub async fn next(&mut self) -> Option<Result<WatchEvent<K>>> {
         loop {
-            if let Some(frame) = self.decoder.next_frame() {
-                let event = decode_event(&frame, &self.url);
+            if let Some(event) = self.next_buffered() {
                 if event.is_err() {
                     self.body = None;
                 }
@@ -280,7 +400,10 @@ impl<K: WatchObject> WatchStream<K> {
             match body.frame().await {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        self.decoder.push(data);
+                        match &mut self.framing {
+                            Framing::Json(decoder) => decoder.push(data),
+                            Framing::Protobuf(framer, _) => framer.push(&data),
+                        }
                     }
                 }
                 Some(Err(source)) => {
@@ -292,7 +415,10 @@ impl<K: WatchObject> WatchStream<K> {
                 }
                 None => {
                     self.body = None;
-                    let len = self.decoder.pending();
+                    let len = match &self.framing {
+                        Framing::Json(decoder) => decoder.pending(),
+                        Framing::Protobuf(framer, _) => framer.pending(),
+                    };
                     if len > 0 {
                         return Some(Err(Error::TruncatedFrame {
                             url: self.url.clone(),
