@@ -34,7 +34,9 @@
 //! assert_eq!(fields[0].number, 1);
 //! ```
 
-use bytes::{Buf, Bytes, BytesMut};
+use std::collections::VecDeque;
+
+use bytes::{Bytes, BytesMut};
 
 /// The four bytes every protobuf body from the apiserver starts with.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
@@ -123,7 +125,19 @@ impl<'a> Fields<'a> {
         self.pos
     }
 
+    #[inline]
     fn varint(&mut self, what: &'static str) -> Result<u64> {
+        // Keys, lengths and small numbers: one byte.
+        if let Some(&byte) = self.buf.get(self.pos)
+            && byte < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(byte));
+        }
+        self.varint_slow(what)
+    }
+
+    fn varint_slow(&mut self, what: &'static str) -> Result<u64> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
             let Some(&byte) = self.buf.get(self.pos) else {
@@ -418,11 +432,15 @@ pub fn status(raw: &[u8]) -> Result<super::Status> {
 /// Cuts a protobuf watch body (`application/vnd.kubernetes.protobuf;stream=watch`) into
 /// frames: each is a 4-byte big-endian length, then that many bytes.
 ///
-/// Chunks go in as they arrive and are appended to one buffer; each frame is split off
-/// that buffer without a further copy.
+/// Chunks go in as they arrive. A frame that lies wholly inside a chunk given as [`Bytes`]
+/// ([`push_bytes`](Self::push_bytes)) is a zero-copy slice of it; only a frame split across
+/// chunks, or a chunk given as a slice ([`push`](Self::push)), is copied.
 #[derive(Debug)]
 pub struct WatchFramer {
-    buf: BytesMut,
+    /// Chunks not yet cut into frames; the first may be partly consumed.
+    chunks: VecDeque<Bytes>,
+    /// The bytes the chunks hold.
+    buffered: usize,
     max_frame: usize,
 }
 
@@ -436,14 +454,23 @@ impl WatchFramer {
     /// A framer that refuses frames longer than `max_frame` bytes.
     pub fn new(max_frame: usize) -> Self {
         WatchFramer {
-            buf: BytesMut::new(),
+            chunks: VecDeque::new(),
+            buffered: 0,
             max_frame,
         }
     }
 
-    /// Adds the next chunk of the body.
+    /// Adds the next chunk of the body, copying it.
     pub fn push(&mut self, chunk: &[u8]) {
-        self.buf.extend_from_slice(chunk);
+        self.push_bytes(Bytes::copy_from_slice(chunk));
+    }
+
+    /// Adds the next chunk of the body without copying it.
+    pub fn push_bytes(&mut self, chunk: Bytes) {
+        if !chunk.is_empty() {
+            self.buffered += chunk.len();
+            self.chunks.push_back(chunk);
+        }
     }
 
     /// The next complete frame, `Ok(None)` until one has fully arrived.
@@ -453,23 +480,60 @@ impl WatchFramer {
     /// If a frame's length exceeds the limit; the stream cannot be resynchronised after
     /// that, so the framer keeps returning the error.
     pub fn next_frame(&mut self) -> Result<Option<Bytes>> {
-        let Some(header) = self.buf.get(..4) else {
+        if self.buffered < 4 {
             return Ok(None);
-        };
-        let len = u32::from_be_bytes(header.try_into().expect("4 bytes")) as usize;
+        }
+        let mut header = [0u8; 4];
+        let mut filled = 0;
+        for chunk in &self.chunks {
+            let n = chunk.len().min(4 - filled);
+            header[filled..filled + n].copy_from_slice(&chunk[..n]);
+            filled += n;
+            if filled == 4 {
+                break;
+            }
+        }
+        let len = u32::from_be_bytes(header) as usize;
         if len > self.max_frame {
             return fail("a frame length within the limit", 0);
         }
-        if self.buf.len() < 4 + len {
+        if self.buffered < 4 + len {
             return Ok(None);
         }
-        self.buf.advance(4);
-        Ok(Some(self.buf.split_to(len).freeze()))
+        self.take(4);
+        Ok(Some(self.take(len)))
+    }
+
+    /// Removes the first `len` buffered bytes (which are there) and returns them: a slice
+    /// of the first chunk when it holds them all.
+    fn take(&mut self, len: usize) -> Bytes {
+        if len == 0 {
+            return Bytes::new();
+        }
+        self.buffered -= len;
+        let front = self.chunks.front_mut().expect("len bytes are buffered");
+        if front.len() >= len {
+            let out = front.split_to(len);
+            if front.is_empty() {
+                self.chunks.pop_front();
+            }
+            return out;
+        }
+        let mut out = BytesMut::with_capacity(len);
+        while out.len() < len {
+            let front = self.chunks.front_mut().expect("len bytes are buffered");
+            let n = front.len().min(len - out.len());
+            out.extend_from_slice(&front.split_to(n));
+            if front.is_empty() {
+                self.chunks.pop_front();
+            }
+        }
+        out.freeze()
     }
 
     /// Bytes held that do not yet make a whole frame.
     pub fn pending(&self) -> usize {
-        self.buf.len()
+        self.buffered
     }
 }
 

@@ -402,7 +402,7 @@ impl<K: WatchObject> WatchStream<K> {
                     if let Ok(data) = frame.into_data() {
                         match &mut self.framing {
                             Framing::Json(decoder) => decoder.push(data),
-                            Framing::Protobuf(framer, _) => framer.push(&data),
+                            Framing::Protobuf(framer, _) => framer.push_bytes(data),
                         }
                     }
                 }
