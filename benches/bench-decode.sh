@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs benches/watch_decode.rs on one core and prints events per second (100,000 events over
-# criterion's median time per iteration) for both decodings: into typed `ConfigMap`s, then,
-# as the last line, `watch decode events/s: N` for `Raw<ConfigMap>`, what informers cache.
+# criterion's median time per iteration) for each decoding: JSON into typed `ConfigMap`s,
+# protobuf transcoded into `Raw<ConfigMap>`, then, as the last line, `watch decode events/s:
+# N` for JSON into `Raw<ConfigMap>`, what informers cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pin=()
@@ -17,6 +18,8 @@ rate() { # events/s of the bench whose name ends in /$1
   echo $(( events * 1000000000 / ns ))
 }
 typed=$(rate typed)
+protobuf=$(rate protobuf)
 raw=$(rate raw)
 echo "watch decode events/s into typed ConfigMap: $typed"
+echo "watch decode events/s of protobuf into Raw<ConfigMap>: $protobuf"
 echo "watch decode events/s: $raw"

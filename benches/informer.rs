@@ -11,13 +11,21 @@
 //!   frame, its DeltaFIFO and indexer apply each event, and its processor hands every
 //!   notification to a registered handler on the handler's own task — everything an informer
 //!   does per event, minus the network.
+//!
+//! The `…/protobuf` rows replay the same events as the apiserver sends them as protobuf
+//! (`testdata/watch/configmaps-1200.pb`), what an informer of `Raw<K>` for a built-in kind
+//! reads: each frame is transcoded into the JSON `Raw<ConfigMap>` keeps.
 
 mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use controller_runtime::client::{FrameDecoder, Raw, WatchEvent, WatchObject, decode_event};
+use controller_runtime::client::proto_json::ProtoKind;
+use controller_runtime::client::protobuf::WatchFramer;
+use controller_runtime::client::{
+    FrameDecoder, Raw, WatchEvent, WatchObject, decode_event, decode_protobuf_event,
+};
 use controller_runtime::informer::lister_watcher::{Result as LwResult, WatchEvent as LwEvent};
 use controller_runtime::informer::{
     DeltaFifo, DeltaFifoOptions, DeltaType, EventStream, HandlerFns, IndexFunc, Indexer,
@@ -149,6 +157,13 @@ fn end_to_end(c: &mut Criterion) {
             assert!(handled >= EVENTS / 2, "{handled}");
         })
     });
+    let protobuf = common::recorded_protobuf_stream(EVENTS);
+    group.bench_function("apply_100000_recorded_events/protobuf", |b| {
+        b.iter(|| {
+            let handled = apply_protobuf(&protobuf);
+            assert!(handled >= EVENTS / 2, "{handled}");
+        })
+    });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -156,7 +171,14 @@ fn end_to_end(c: &mut Criterion) {
     let chunks = Arc::new(chunks);
     group.bench_function("informer_100000_recorded_events/raw", |b| {
         b.iter(|| {
-            let handled = runtime.block_on(run_informer(chunks.clone()));
+            let handled = runtime.block_on(run_informer(chunks.clone(), false));
+            assert!(handled >= EVENTS / 2, "{handled}");
+        })
+    });
+    let protobuf = Arc::new(protobuf);
+    group.bench_function("informer_100000_recorded_events/protobuf", |b| {
+        b.iter(|| {
+            let handled = runtime.block_on(run_informer(protobuf.clone(), true));
             assert!(handled >= EVENTS / 2, "{handled}");
         })
     });
@@ -167,13 +189,14 @@ fn end_to_end(c: &mut Criterion) {
 /// it has seen everything before it.
 const END: &str = "zz-end-of-replay";
 
-/// Runs a shared informer over the replayed stream until its handler has seen all of it;
-/// returns the notifications the handler received.
-async fn run_informer(chunks: Arc<Vec<bytes::Bytes>>) -> usize {
+/// Runs a shared informer over the replayed stream (protobuf frames if `protobuf`, JSON
+/// lines otherwise) until its handler has seen all of it; returns the notifications the
+/// handler received.
+async fn run_informer(chunks: Arc<Vec<bytes::Bytes>>, protobuf: bool) -> usize {
     type K = Raw<ConfigMap>;
     let mut options = InformerOptions::named("bench");
     options.reflector.watch_list = false;
-    let informer = SharedIndexInformer::new(Replay(chunks), options);
+    let informer = SharedIndexInformer::new(Replay { chunks, protobuf }, options);
     let handled = Arc::new(AtomicUsize::new(0));
     let end = Arc::new(tokio::sync::Notify::new());
     let count = |handled: &Arc<AtomicUsize>| {
@@ -205,15 +228,44 @@ async fn run_informer(chunks: Arc<Vec<bytes::Bytes>>) -> usize {
 }
 
 /// A lister-watcher whose collection starts empty and whose one watch is the recording.
-struct Replay(Arc<Vec<bytes::Bytes>>);
+struct Replay {
+    chunks: Arc<Vec<bytes::Bytes>>,
+    protobuf: bool,
+}
 
 /// The recording, decoded frame by frame as a watch body arrives, then the end marker; then
 /// the watch stays open.
 struct ReplayStream {
     chunks: Arc<Vec<bytes::Bytes>>,
     next_chunk: usize,
-    decoder: FrameDecoder,
+    framing: Framing,
     ended: bool,
+}
+
+/// How the replayed body is cut and decoded, as the client's watch stream does.
+enum Framing {
+    Json(FrameDecoder),
+    Protobuf(WatchFramer, ProtoKind),
+}
+
+impl Framing {
+    fn push(&mut self, chunk: &bytes::Bytes) {
+        match self {
+            Framing::Json(decoder) => decoder.push(chunk.clone()),
+            Framing::Protobuf(framer, _) => framer.push_bytes(chunk.clone()),
+        }
+    }
+
+    fn next_event<K: WatchObject>(&mut self) -> Option<WatchEvent<K>> {
+        let event = match self {
+            Framing::Json(decoder) => decode_event(&decoder.next_frame()?, "bench"),
+            Framing::Protobuf(framer, kind) => {
+                let frame = framer.next_frame().expect("a valid frame")?;
+                decode_protobuf_event(*kind, &frame, "bench")
+            }
+        };
+        Some(event.expect("a valid event"))
+    }
 }
 
 impl ListerWatcher<Raw<ConfigMap>> for Replay {
@@ -228,10 +280,16 @@ impl ListerWatcher<Raw<ConfigMap>> for Replay {
     }
 
     async fn watch(&self, _: &WatchOptions) -> LwResult<ReplayStream> {
+        let framing = if self.protobuf {
+            let kind = Raw::<ConfigMap>::protobuf_kind().expect("a built-in kind");
+            Framing::Protobuf(WatchFramer::default(), kind)
+        } else {
+            Framing::Json(FrameDecoder::new())
+        };
         Ok(ReplayStream {
-            chunks: self.0.clone(),
+            chunks: self.chunks.clone(),
             next_chunk: 0,
-            decoder: FrameDecoder::new(),
+            framing,
             ended: false,
         })
     }
@@ -240,8 +298,8 @@ impl ListerWatcher<Raw<ConfigMap>> for Replay {
 impl EventStream<Raw<ConfigMap>> for ReplayStream {
     async fn next(&mut self) -> Option<LwResult<LwEvent<Raw<ConfigMap>>>> {
         loop {
-            if let Some(frame) = self.decoder.next_frame() {
-                let event = match decode_event(&frame, "bench").expect("a valid event") {
+            if let Some(event) = self.framing.next_event() {
+                let event = match event {
                     WatchEvent::Added(o) => LwEvent::Added(o),
                     WatchEvent::Modified(o) => LwEvent::Modified(o),
                     WatchEvent::Deleted(o) => LwEvent::Deleted(o),
@@ -256,7 +314,7 @@ impl EventStream<Raw<ConfigMap>> for ReplayStream {
                     tokio::task::yield_now().await;
                 }
                 self.next_chunk += 1;
-                self.decoder.push(chunk.clone());
+                self.framing.push(chunk);
                 continue;
             }
             if !self.ended {
@@ -274,17 +332,26 @@ impl EventStream<Raw<ConfigMap>> for ReplayStream {
 /// Decodes every frame of `chunks` into the FIFO and pops it into an indexer; returns the
 /// deltas handled.
 fn apply<K: WatchObject + Object>(chunks: &[bytes::Bytes]) -> usize {
+    apply_framed::<K>(chunks, Framing::Json(FrameDecoder::new()))
+}
+
+/// [`apply`] for the protobuf recording, into `Raw<ConfigMap>`.
+fn apply_protobuf(chunks: &[bytes::Bytes]) -> usize {
+    let kind = Raw::<ConfigMap>::protobuf_kind().expect("a built-in kind");
+    apply_framed::<Raw<ConfigMap>>(chunks, Framing::Protobuf(WatchFramer::default(), kind))
+}
+
+fn apply_framed<K: WatchObject + Object>(chunks: &[bytes::Bytes], mut framing: Framing) -> usize {
     let indexer = Indexer::new(namespace_indexers());
     let fifo = DeltaFifo::with_options(DeltaFifoOptions {
         known_objects: Some(Arc::new(indexer.clone())),
         ..DeltaFifoOptions::default()
     });
-    let mut decoder = FrameDecoder::new();
     let mut handled = 0usize;
     for chunk in chunks {
-        decoder.push(chunk.clone());
-        while let Some(frame) = decoder.next_frame() {
-            match decode_event::<K>(&frame, "bench").expect("valid") {
+        framing.push(chunk);
+        while let Some(event) = framing.next_event::<K>() {
+            match event {
                 WatchEvent::Added(o) => fifo.add(o),
                 WatchEvent::Modified(o) => fifo.update(o),
                 WatchEvent::Deleted(o) => fifo.delete(o),

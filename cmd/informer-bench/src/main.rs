@@ -76,6 +76,10 @@ enum Command {
         /// Run only the workloads whose name contains this text (e.g. `informer/pods`).
         #[arg(long)]
         only: Option<String>,
+        /// Ask for JSON only. By default `--repr raw` lists and watches built-in kinds as
+        /// protobuf, transcoded into the JSON it caches.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -169,6 +173,9 @@ struct RunParams {
     timeout: Duration,
     repr: Repr,
     only: Option<String>,
+    /// What the client asked the server for: `protobuf` (for `Raw` of built-in kinds) or
+    /// `json`.
+    wire: &'static str,
 }
 
 fn main() -> Result<()> {
@@ -212,6 +219,7 @@ fn main() -> Result<()> {
             timeout_secs,
             repr,
             only,
+            json,
         } => {
             ensure!(page_size >= 1, "--page-size must be at least 1");
             ensure!(threads >= 1, "--threads must be at least 1");
@@ -221,6 +229,7 @@ fn main() -> Result<()> {
                 config,
                 ClientOptions {
                     rate_limit: None,
+                    protobuf: !json,
                     ..ClientOptions::default()
                 },
             )?;
@@ -232,6 +241,11 @@ fn main() -> Result<()> {
                 timeout: Duration::from_secs(timeout_secs),
                 repr,
                 only,
+                wire: if json || repr == Repr::Typed {
+                    "json"
+                } else {
+                    "protobuf"
+                },
             };
             runtime(threads)?.block_on(run(&client, &params))
         }
@@ -298,6 +312,7 @@ async fn measure<K: BenchObject>(
         "impl": "ours",
         "workload": name,
         "repr": params.repr.as_str(),
+        "wire": params.wire,
     });
     match workload.measure {
         Measure::List => {
