@@ -1,9 +1,9 @@
 //! Shared informers from the factory against the real cluster: a ConfigMap informer and a Pod
 //! informer stay equal to a fresh LIST — in their cache and in what their handlers heard —
-//! through creates, updates and deletes, and so does one caching `Raw<ConfigMap>`; a handler
-//! added late receives the full cache; and
+//! through creates, updates and deletes, and so does one caching `Raw<ConfigMap>` (which
+//! lists and watches as protobuf); a handler added late receives the full cache; and
 //! deletions made while the connection is cut (and etcd compacted) reach the handlers as
-//! tombstones after the relist, with a classic LIST and with WatchList.
+//! tombstones after the relist, with a classic LIST, with WatchList, and over protobuf.
 
 mod support;
 
@@ -15,7 +15,8 @@ use controller_runtime::client::{
     Api, Client, ClientOptions, DeleteParams, ListParams, Patch, PatchParams, PostParams, Raw,
 };
 use controller_runtime::informer::{DeletedObject, EventHandler, Object, SharedIndexInformer};
-use controller_runtime::informers::InformerFactory;
+use controller_runtime::informers::{FactoryResource, InformerFactory};
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -435,11 +436,17 @@ async fn a_handler_added_late_receives_the_full_cache() {
 async fn deletions_made_while_the_connection_is_cut_arrive_as_tombstones_after_the_relist() {
     // Both ways of listing: a classic paged LIST, and a streaming list (WatchList).
     for watch_list in [false, true] {
-        tombstones_after_cut(watch_list).await;
+        tombstones_after_cut::<PodTemplate>(watch_list).await;
     }
+    // And over protobuf: an informer of Raw<PodTemplate> lists and watches as protobuf, so
+    // the 410 arrives as a protobuf ERROR event or answer and the relist is protobuf too.
+    tombstones_after_cut::<Raw<PodTemplate>>(false).await;
 }
 
-async fn tombstones_after_cut(watch_list: bool) {
+async fn tombstones_after_cut<K>(watch_list: bool)
+where
+    K: FactoryResource<Scope = NamespaceResourceScope> + Send + Sync + 'static,
+{
     let direct = client();
     let (proxy, proxied) = CuttableProxy::to_cluster().await;
     let through_proxy = Client::new(proxied, ClientOptions::default()).unwrap();
@@ -448,10 +455,11 @@ async fn tombstones_after_cut(watch_list: bool) {
     // PodTemplates are read from etcd without the watch cache in testenv, so compaction
     // makes the informer's old version really gone.
     let api: Api<PodTemplate> = Api::namespaced(direct.clone(), &ns);
+    let watched: Api<K> = Api::namespaced(direct.clone(), &ns);
     let factory = InformerFactory::new(through_proxy)
         .namespace(&ns)
         .watch_list(watch_list);
-    let informer = factory.informer::<PodTemplate>();
+    let informer = factory.informer::<K>();
     let mirror = Mirror::default();
     informer.add_event_handler(mirror.clone()).unwrap();
     let (stop, shutdown) = stop_signal();
@@ -463,7 +471,7 @@ async fn tombstones_after_cut(watch_list: bool) {
             .await
             .unwrap();
     }
-    converges(&api, &informer, &mirror, "before the cut").await;
+    converges(&watched, &informer, &mirror, "before the cut").await;
 
     // While the informer cannot reach the server, objects change and history is compacted.
     proxy.cut();
@@ -475,7 +483,7 @@ async fn tombstones_after_cut(watch_list: bool) {
     compact_etcd();
     proxy.restore();
 
-    converges(&api, &informer, &mirror, "after the cut").await;
+    converges(&watched, &informer, &mirror, "after the cut").await;
     {
         let heard = mirror.0.lock();
         let mut tombstones = heard.tombstones.clone();
