@@ -39,6 +39,22 @@
 //! the last sweep), one `retain` pass removes them, so the sweep costs O(1) amortized per
 //! entry.
 //!
+//! **Requests are recorded in batches.** Recording a request costs a probe of the item map
+//! and a store to it, both at a random place in a table far larger than the cache. Under the
+//! lock, one after the other, those misses cannot overlap: each `add_after` waited for its
+//! own probe, and the unlock (a locked instruction) waited for its store to reach the cache.
+//! So `add_after` only appends the request to a short buffer (`incoming`) when no getter
+//! has to be woken for it — there is no keeper and no idle getter, or the keeper already
+//! sleeps until a deadline no later than this one — and every 64 requests, or at the start
+//! of any other operation on the queue (every one of them promotes due items first, and that
+//! records the buffer before anything else), the buffered requests are recorded in one loop,
+//! in the order they were made, where the processor overlaps their misses. A request that
+//! would wake a getter is recorded at once, after the buffered ones. Nothing can observe the
+//! difference: the outcome of each request depends only on the item map and the heap, which
+//! nothing reads between the buffering and the recording; requests are numbered (`seq`) when
+//! recorded, in call order; a buffered request whose deadline has passed is recorded before
+//! anything is promoted; and the wake-ups are those the recording would have done, none.
+//!
 //! **The timer is driven by the getters.** There is no background task. Every operation that
 //! takes the lock first moves the entries whose deadline has passed into the FIFO (reading
 //! the clock only when the heap is not empty), and one parked `get` — the *keeper*, see
@@ -174,7 +190,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> DelayingQueue<T> {
         let at = now
             .saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX))
             .min(MAX_PAYLOAD);
-        state.schedule(item, at, &mut wake);
+        state.request(item, at, &mut wake);
     }
 
     /// The number of delayed requests whose deadline has not passed yet.
@@ -240,6 +256,7 @@ impl<T: Eq + Hash + Clone> State<T> {
     #[inline]
     pub(crate) fn promote_due(&mut self, epoch: Instant, wake: &mut WakeList) {
         if !self.delayed.is_empty() {
+            self.settle(wake);
             self.promote_due_at(epoch, nanos_since(epoch, Instant::now()), wake);
         }
     }
@@ -251,6 +268,9 @@ impl<T: Eq + Hash + Clone> State<T> {
     /// after the deadline when no `get` was waiting.
     #[inline(never)]
     pub(crate) fn promote_due_at(&mut self, epoch: Instant, now: u64, wake: &mut WakeList) {
+        if self.delayed.incoming_min <= now {
+            self.settle(wake);
+        }
         while let Some(timer) = self.delayed.pop_due(now) {
             if self.delayed.next_deadline() == Some(timer.at) {
                 self.promote_same_deadline(epoch, timer, wake);
@@ -318,9 +338,39 @@ impl<T: Eq + Hash + Clone> State<T> {
         }
     }
 
+    /// Takes a request to add `item` at deadline `at` (in the future, at most
+    /// [`MAX_PAYLOAD`]): records it now if a getter must be woken for it, or else buffers it
+    /// (see the module docs).
+    #[inline]
+    pub(crate) fn request(&mut self, item: T, at: u64, wake: &mut WakeList) {
+        if self.waiters.wakes_for_deadline(at) {
+            self.settle(wake); // the buffered requests were made first
+            self.schedule(item, at, wake);
+        } else {
+            self.delayed.buffer(item, at);
+            if self.delayed.incoming.len() >= INCOMING_BATCH {
+                self.settle(wake);
+            }
+        }
+    }
+
+    /// Records the buffered requests, in the order they were made.
+    #[inline(never)]
+    pub(crate) fn settle(&mut self, wake: &mut WakeList) {
+        if self.delayed.incoming.is_empty() {
+            return;
+        }
+        let mut incoming = std::mem::take(&mut self.delayed.incoming);
+        self.delayed.incoming_min = u64::MAX;
+        for (item, at) in incoming.drain(..) {
+            self.schedule(item, at, wake);
+        }
+        self.delayed.incoming = incoming; // keep its capacity
+    }
+
     /// Records a request to add `item` at deadline `at` (in the future, at most
     /// [`MAX_PAYLOAD`]).
-    pub(crate) fn schedule(&mut self, item: T, at: u64, wake: &mut WakeList) {
+    fn schedule(&mut self, item: T, at: u64, wake: &mut WakeList) {
         use hashbrown::hash_map::Entry;
 
         let key = match self.items.entry(item) {
@@ -414,12 +464,19 @@ impl<T> Ord for Timer<T> {
     }
 }
 
+/// At most this many requests wait in the buffer before they are recorded together.
+const INCOMING_BATCH: usize = 64;
+
 /// Sweep only once the heap holds at least this many entries.
 const MIN_SWEEP_LEN: usize = 64;
 
 /// The delayed entries of a queue, including stale ones (see the module docs).
 pub(crate) struct DelayHeap<T> {
     heap: BinaryHeap<Timer<T>>,
+    /// Requests not recorded yet (item, deadline), oldest first; see [`State::settle`].
+    incoming: Vec<(T, u64)>,
+    /// The earliest deadline in `incoming` (`u64::MAX` if it is empty).
+    incoming_min: u64,
     /// Next tie-breaking sequence number.
     next_seq: u64,
     /// Live requests: items in state `Waiting` or `ProcessingWaiting`.
@@ -432,6 +489,8 @@ impl<T> Default for DelayHeap<T> {
     fn default() -> Self {
         Self {
             heap: BinaryHeap::new(),
+            incoming: Vec::new(),
+            incoming_min: u64::MAX,
             next_seq: 0,
             live: 0,
             sweep_above: MIN_SWEEP_LEN,
@@ -442,7 +501,20 @@ impl<T> Default for DelayHeap<T> {
 impl<T> DelayHeap<T> {
     /// Whether the heap has no entries at all (live or stale).
     pub(crate) fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.heap.is_empty() && self.incoming.is_empty()
+    }
+
+    /// Number of buffered requests, not counted by [`pending`](Self::pending) until
+    /// [`State::settle`] records them (some may change nothing).
+    pub(crate) fn unrecorded(&self) -> usize {
+        self.incoming.len()
+    }
+
+    /// Buffers a request until [`State::settle`].
+    #[inline]
+    fn buffer(&mut self, item: T, at: u64) {
+        self.incoming_min = self.incoming_min.min(at);
+        self.incoming.push((item, at));
     }
 
     /// Number of live requests.
@@ -497,6 +569,8 @@ impl<T> DelayHeap<T> {
     /// Drops every entry.
     fn clear(&mut self) {
         self.heap.clear();
+        self.incoming.clear();
+        self.incoming_min = u64::MAX;
         self.live = 0;
         self.sweep_above = MIN_SWEEP_LEN;
     }

@@ -598,6 +598,7 @@ impl<T> fmt::Debug for Queue<T> {
             .field("queued", &state.fifo.len())
             .field("processing", &state.processing)
             .field("delayed", &state.delayed.pending())
+            .field("delayed_unrecorded", &state.delayed.unrecorded())
             .field("shutting_down", &state.shutting_down)
             .finish()
     }
