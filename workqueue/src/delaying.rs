@@ -48,7 +48,9 @@
 //! sleeps until a deadline no later than this one — and every 64 requests, or at the start
 //! of any other operation on the queue (every one of them promotes due items first, and that
 //! records the buffer before anything else), the buffered requests are recorded in one loop,
-//! in the order they were made, where the processor overlaps their misses. A request that
+//! in the order they were made, where the processor overlaps their misses (the map updates
+//! first, then the heap pushes, whose read-back of the entry just written would otherwise
+//! wait for each map store). A request that
 //! would wake a getter is recorded at once, after the buffered ones. Nothing can observe the
 //! difference: the outcome of each request depends only on the item map and the heap, which
 //! nothing reads between the buffering and the recording; requests are numbered (`seq`) when
@@ -355,35 +357,61 @@ impl<T: Eq + Hash + Clone> State<T> {
     }
 
     /// Records the buffered requests, in the order they were made.
+    ///
+    /// First every map update, then every heap push: a push reads back the entry it just
+    /// wrote, and that read waits until every earlier store has reached the cache, including
+    /// the map's missing ones. In this order it waits once per batch instead of once per
+    /// request.
     #[inline(never)]
     pub(crate) fn settle(&mut self, wake: &mut WakeList) {
         if self.delayed.incoming.is_empty() {
             return;
         }
         let mut incoming = std::mem::take(&mut self.delayed.incoming);
+        let mut recorded = std::mem::take(&mut self.delayed.recorded);
         self.delayed.incoming_min = u64::MAX;
         for (item, at) in incoming.drain(..) {
-            self.schedule(item, at, wake);
+            if let Some(key) = self.record(item, at) {
+                recorded.push((key, at));
+            }
         }
-        self.delayed.incoming = incoming; // keep its capacity
+        for (key, at) in recorded.drain(..) {
+            self.delayed.push(key, at);
+            self.waiters.wake_for_deadline(at, wake);
+        }
+        // Keep their capacity.
+        self.delayed.incoming = incoming;
+        self.delayed.recorded = recorded;
+        self.sweep_if_needed();
     }
 
     /// Records a request to add `item` at deadline `at` (in the future, at most
     /// [`MAX_PAYLOAD`]).
     fn schedule(&mut self, item: T, at: u64, wake: &mut WakeList) {
+        if let Some(key) = self.record(item, at) {
+            self.delayed.push(key, at);
+            self.waiters.wake_for_deadline(at, wake);
+            self.sweep_if_needed();
+        }
+    }
+
+    /// The item map's part of recording a request for `item` at `at`: returns the key to push
+    /// to the heap with it, or `None` if the request changes nothing.
+    #[inline]
+    fn record(&mut self, item: T, at: u64) -> Option<T> {
         use hashbrown::hash_map::Entry;
 
-        let key = match self.items.entry(item) {
+        match self.items.entry(item) {
             Entry::Vacant(vacant) => {
                 let key = vacant.key().clone();
                 vacant.insert(ItemState::Waiting(at).pack());
                 self.delayed.add_one();
-                key
+                Some(key)
             }
             Entry::Occupied(mut occupied) => {
                 let next = match self.fifo.current(*occupied.get()) {
                     // Will be processed after now anyway.
-                    ItemState::Queued(_) | ItemState::ProcessingDirty => return,
+                    ItemState::Queued(_) | ItemState::ProcessingDirty => return None,
                     ItemState::Processing => {
                         self.delayed.add_one();
                         ItemState::ProcessingWaiting(at)
@@ -393,14 +421,16 @@ impl<T: Eq + Hash + Clone> State<T> {
                         ItemState::ProcessingWaiting(at)
                     }
                     // The pending request is earlier: it wins.
-                    ItemState::Waiting(_) | ItemState::ProcessingWaiting(_) => return,
+                    ItemState::Waiting(_) | ItemState::ProcessingWaiting(_) => return None,
                 };
                 occupied.insert(next.pack());
-                occupied.key().clone()
+                Some(occupied.key().clone())
             }
-        };
-        self.delayed.push(key, at);
-        self.waiters.wake_for_deadline(at, wake);
+        }
+    }
+
+    /// Drops the heap's stale entries if they outnumber the live ones.
+    fn sweep_if_needed(&mut self) {
         if self.delayed.needs_sweep() {
             let items = &self.items;
             self.delayed.sweep(|item, at| {
@@ -477,6 +507,8 @@ pub(crate) struct DelayHeap<T> {
     incoming: Vec<(T, u64)>,
     /// The earliest deadline in `incoming` (`u64::MAX` if it is empty).
     incoming_min: u64,
+    /// Scratch space of [`State::settle`]: recorded requests waiting for their heap push.
+    recorded: Vec<(T, u64)>,
     /// Next tie-breaking sequence number.
     next_seq: u64,
     /// Live requests: items in state `Waiting` or `ProcessingWaiting`.
@@ -491,6 +523,7 @@ impl<T> Default for DelayHeap<T> {
             heap: BinaryHeap::new(),
             incoming: Vec::new(),
             incoming_min: u64::MAX,
+            recorded: Vec::new(),
             next_seq: 0,
             live: 0,
             sweep_above: MIN_SWEEP_LEN,
