@@ -368,7 +368,8 @@ impl<T: Eq + Hash + Clone> State<T> {
             return;
         }
         let mut incoming = std::mem::take(&mut self.delayed.incoming);
-        let mut recorded = std::mem::take(&mut self.delayed.recorded);
+        // One allocation per batch of up to `INCOMING_BATCH` requests.
+        let mut recorded = Vec::with_capacity(incoming.len());
         self.delayed.incoming_min = u64::MAX;
         for (item, at) in incoming.drain(..) {
             if let Some(key) = self.record(item, at) {
@@ -379,9 +380,7 @@ impl<T: Eq + Hash + Clone> State<T> {
             self.delayed.push(key, at);
             self.waiters.wake_for_deadline(at, wake);
         }
-        // Keep their capacity.
-        self.delayed.incoming = incoming;
-        self.delayed.recorded = recorded;
+        self.delayed.incoming = incoming; // keep its capacity
         self.sweep_if_needed();
     }
 
@@ -507,8 +506,6 @@ pub(crate) struct DelayHeap<T> {
     incoming: Vec<(T, u64)>,
     /// The earliest deadline in `incoming` (`u64::MAX` if it is empty).
     incoming_min: u64,
-    /// Scratch space of [`State::settle`]: recorded requests waiting for their heap push.
-    recorded: Vec<(T, u64)>,
     /// Next tie-breaking sequence number.
     next_seq: u64,
     /// Live requests: items in state `Waiting` or `ProcessingWaiting`.
@@ -523,7 +520,6 @@ impl<T> Default for DelayHeap<T> {
             heap: BinaryHeap::new(),
             incoming: Vec::new(),
             incoming_min: u64::MAX,
-            recorded: Vec::new(),
             next_seq: 0,
             live: 0,
             sweep_above: MIN_SWEEP_LEN,
