@@ -3,25 +3,59 @@
 //! # Implementation Details
 //!
 //! **One request per item.** An item has at most one pending delayed request, stored in the
-//! queue's item map as `Waiting(due)` (or `ProcessingWaiting(due)` while a worker holds the
-//! item). A `Due` is the deadline `at`, in nanoseconds since the queue was built, plus a
-//! 32-bit ticket naming the request. Re-adding keeps the earliest
-//! deadline. An item that is queued, or dirty while being processed, will be processed after
-//! now anyway, so `add_after` leaves it alone; symmetrically, `add` of a waiting item queues it
-//! now and cancels the pending request (see [`DelayingQueue`] for the reasoning).
+//! queue's item map as `Waiting(at)` (or `ProcessingWaiting(at)` while a worker holds the
+//! item), where `at` is the deadline in nanoseconds since the queue was built. Re-adding keeps
+//! the earliest deadline. An item that is queued, or dirty while being processed, will be
+//! processed after now anyway, so `add_after` leaves it alone; symmetrically, `add` of a
+//! waiting item queues it now and cancels the pending request (see [`DelayingQueue`] for the
+//! reasoning). The map packs each state into one word (`PackedState` in `queue.rs`): two
+//! bits say which state and 62 hold the deadline, so deadlines are capped at 2⁶² ns (146
+//! years) after the queue was built.
 //!
 //! **The heap.** Deadlines are ordered by a [`BinaryHeap`] of compact `Timer` entries
 //! (`at: u64`, `seq: u64`, the item): 16 bytes plus the item, against client-go's
-//! heap-allocated `waitFor` with a 24-byte `time.Time` and a separate map entry. `seq` breaks
-//! ties, so items due at the same instant are queued in the order of their `add_after` calls.
+//! heap-allocated `waitFor` with a 24-byte `time.Time` and a separate map entry. `seq` numbers
+//! the requests and breaks ties, so items due at the same instant are queued in the order of
+//! their `add_after` calls.
 //!
 //! **Lazy deletion.** An entry is never searched for in the heap. When a request is cancelled
 //! (by `add`) or replaced (by an earlier `add_after`), its old entry simply stays behind; the
 //! item map is the truth. When an entry comes due, it fires only if the map still holds its
-//! `Due` (same deadline, same ticket); otherwise it is stale and dropped. Firing changes the
-//! state, so two entries for one item never both fire. Stale
-//! entries are bounded: when they outnumber the live ones (and the heap has grown since the
-//! last sweep), one `retain` pass removes them, so the sweep costs O(1) amortized per entry.
+//! deadline and it is its item's last entry; otherwise it is stale and dropped. Firing changes
+//! the state, so two entries for one item never both fire.
+//!
+//! The map holds the deadline alone, not which request set it, so an entry left behind by a
+//! cancelled request can carry the same deadline as a later request of the same item (for
+//! example on a paused clock). Both entries then come due together, and firing the stale one
+//! would queue the item at the earlier request's place among the others due at that
+//! instant. So entries that share a deadline are popped together, and an entry whose item has
+//! a later one among them is dropped: an item's live request is always its last entry, since
+//! a request that does not become live pushes nothing. That keeps the exact order with a
+//! one-word state, where the map used to hold a 32-bit request ticket beside the deadline (a
+//! 16-byte state) and could confuse two requests 2³² apart. Only entries with equal deadlines
+//! pay for it: after popping an entry, one look at the heap's top says whether there are any.
+//!
+//! Stale entries are bounded: when they outnumber the live ones (and the heap has grown since
+//! the last sweep), one `retain` pass removes them, so the sweep costs O(1) amortized per
+//! entry.
+//!
+//! **Requests are recorded in batches.** Recording a request costs a probe of the item map
+//! and a store to it, both at a random place in a table far larger than the cache. Under the
+//! lock, one after the other, those misses cannot overlap: each `add_after` waited for its
+//! own probe, and the unlock (a locked instruction) waited for its store to reach the cache.
+//! So `add_after` only appends the request to a short buffer (`incoming`) when no getter
+//! has to be woken for it — there is no keeper and no idle getter, or the keeper already
+//! sleeps until a deadline no later than this one — and every 64 requests, or at the start
+//! of any other operation on the queue (every one of them promotes due items first, and that
+//! records the buffer before anything else), the buffered requests are recorded in one loop,
+//! in the order they were made, where the processor overlaps their misses (the map updates
+//! first, then the heap pushes, whose read-back of the entry just written would otherwise
+//! wait for each map store). A request that
+//! would wake a getter is recorded at once, after the buffered ones. Nothing can observe the
+//! difference: the outcome of each request depends only on the item map and the heap, which
+//! nothing reads between the buffering and the recording; requests are numbered (`seq`) when
+//! recorded, in call order; a buffered request whose deadline has passed is recorded before
+//! anything is promoted; and the wake-ups are those the recording would have done, none.
 //!
 //! **The timer is driven by the getters.** There is no background task. Every operation that
 //! takes the lock first moves the entries whose deadline has passed into the FIFO (reading
@@ -51,7 +85,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::queue::{ItemState, Queue, QueueConfig, Shared, State};
+use crate::queue::{ItemState, MAX_PAYLOAD, Queue, QueueConfig, Shared, State};
 use crate::waiters::WakeList;
 
 /// A [`Queue`] that can also add an item after a delay (client-go's `TypedDelayingInterface`).
@@ -153,8 +187,12 @@ impl<T: Eq + Hash + Clone + Send + 'static> DelayingQueue<T> {
         }
         let now = nanos_since(shared.epoch, Instant::now());
         state.promote_due_at(shared.epoch, now, &mut wake);
-        let at = now.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
-        state.schedule(item, at, &mut wake);
+        // Capped at about 146 years from the queue's epoch, so that it fits the item map's
+        // packed state; later deadlines are "never" anyway (see `Shared::instant_at`).
+        let at = now
+            .saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX))
+            .min(MAX_PAYLOAD);
+        state.request(item, at, &mut wake);
     }
 
     /// The number of delayed requests whose deadline has not passed yet.
@@ -220,6 +258,7 @@ impl<T: Eq + Hash + Clone> State<T> {
     #[inline]
     pub(crate) fn promote_due(&mut self, epoch: Instant, wake: &mut WakeList) {
         if !self.delayed.is_empty() {
+            self.settle(wake);
             self.promote_due_at(epoch, nanos_since(epoch, Instant::now()), wake);
         }
     }
@@ -231,71 +270,172 @@ impl<T: Eq + Hash + Clone> State<T> {
     /// after the deadline when no `get` was waiting.
     #[inline(never)]
     pub(crate) fn promote_due_at(&mut self, epoch: Instant, now: u64, wake: &mut WakeList) {
+        if self.delayed.incoming_min <= now {
+            self.settle(wake);
+        }
         while let Some(timer) = self.delayed.pop_due(now) {
-            let Some(state) = self.items.get_mut(&timer.item) else {
-                continue; // stale: the item was processed and forgotten since
-            };
-            let since = || epoch.checked_add(Duration::from_nanos(timer.at));
-            match *state {
-                ItemState::Waiting(due) if due == timer.due() => {
-                    self.delayed.cancel_one();
-                    if let Some(metrics) = &mut self.metrics {
-                        metrics.add_at(&timer.item, since().unwrap_or_else(Instant::now));
-                    }
-                    *state = self.fifo.push(timer.item);
-                    self.waiters.wake_for_item(wake);
-                }
-                ItemState::ProcessingWaiting(due) if due == timer.due() => {
-                    *state = ItemState::ProcessingDirty;
-                    self.delayed.cancel_one();
-                    if let Some(metrics) = &mut self.metrics {
-                        metrics.add_at(&timer.item, since().unwrap_or_else(Instant::now));
-                    }
-                }
-                _ => {} // stale: superseded by an add or an earlier deadline
+            if self.delayed.next_deadline() == Some(timer.at) {
+                self.promote_same_deadline(epoch, timer, wake);
+            } else {
+                self.fire(epoch, timer, wake);
             }
         }
     }
 
-    /// Records a request to add `item` at deadline `at` (in the future).
-    pub(crate) fn schedule(&mut self, item: T, at: u64, wake: &mut WakeList) {
+    /// Fires `timer` and every other entry due at the same deadline, in request order,
+    /// except those whose item has a later entry among them.
+    ///
+    /// The item map knows a request by its deadline alone, so an entry left behind by a
+    /// cancelled request matches a later request of the same item for the same deadline.
+    /// Both sit here; the later one is the live one (an item's live request is always its
+    /// last entry), and only it may fire, in its own place in the order.
+    #[cold]
+    fn promote_same_deadline(&mut self, epoch: Instant, timer: Timer<T>, wake: &mut WakeList) {
+        let mut group = vec![timer];
+        while let Some(next) = self.delayed.pop_due(group[0].at) {
+            group.push(next);
+        }
+        let mut superseded = vec![false; group.len()];
+        if group.len() <= 16 {
+            for (i, timer) in group.iter().enumerate() {
+                superseded[i] = group[i + 1..].iter().any(|later| later.item == timer.item);
+            }
+        } else {
+            let mut seen = hashbrown::HashSet::with_capacity(group.len());
+            for (i, timer) in group.iter().enumerate().rev() {
+                superseded[i] = !seen.insert(&timer.item);
+            }
+        }
+        for (timer, superseded) in group.into_iter().zip(superseded) {
+            if !superseded {
+                self.fire(epoch, timer, wake);
+            }
+        }
+    }
+
+    /// Fires the popped entry `timer` if it is its item's live request; drops it if stale.
+    #[inline]
+    fn fire(&mut self, epoch: Instant, timer: Timer<T>, wake: &mut WakeList) {
+        let Some(state) = self.items.get_mut(&timer.item) else {
+            return; // stale: the item was processed and forgotten since
+        };
+        let since = || epoch.checked_add(Duration::from_nanos(timer.at));
+        match state.get() {
+            ItemState::Waiting(at) if at == timer.at => {
+                self.delayed.cancel_one();
+                if let Some(metrics) = &mut self.metrics {
+                    metrics.add_at(&timer.item, since().unwrap_or_else(Instant::now));
+                }
+                *state = self.fifo.push(timer.item).pack();
+                self.waiters.wake_for_item(wake);
+            }
+            ItemState::ProcessingWaiting(at) if at == timer.at => {
+                *state = ItemState::ProcessingDirty.pack();
+                self.delayed.cancel_one();
+                if let Some(metrics) = &mut self.metrics {
+                    metrics.add_at(&timer.item, since().unwrap_or_else(Instant::now));
+                }
+            }
+            _ => {} // stale: superseded by an add or an earlier deadline
+        }
+    }
+
+    /// Takes a request to add `item` at deadline `at` (in the future, at most
+    /// [`MAX_PAYLOAD`]): records it now if a getter must be woken for it, or else buffers it
+    /// (see the module docs).
+    #[inline]
+    pub(crate) fn request(&mut self, item: T, at: u64, wake: &mut WakeList) {
+        if self.waiters.wakes_for_deadline(at) {
+            self.settle(wake); // the buffered requests were made first
+            self.schedule(item, at, wake);
+        } else {
+            self.delayed.buffer(item, at);
+            if self.delayed.incoming.len() >= INCOMING_BATCH {
+                self.settle(wake);
+            }
+        }
+    }
+
+    /// Records the buffered requests, in the order they were made.
+    ///
+    /// First every map update, then every heap push: a push reads back the entry it just
+    /// wrote, and that read waits until every earlier store has reached the cache, including
+    /// the map's missing ones. In this order it waits once per batch instead of once per
+    /// request.
+    #[inline(never)]
+    pub(crate) fn settle(&mut self, wake: &mut WakeList) {
+        if self.delayed.incoming.is_empty() {
+            return;
+        }
+        let mut incoming = std::mem::take(&mut self.delayed.incoming);
+        // One allocation per batch of up to `INCOMING_BATCH` requests.
+        let mut recorded = Vec::with_capacity(incoming.len());
+        self.delayed.incoming_min = u64::MAX;
+        for (item, at) in incoming.drain(..) {
+            if let Some(key) = self.record(item, at) {
+                recorded.push((key, at));
+            }
+        }
+        for (key, at) in recorded.drain(..) {
+            self.delayed.push(key, at);
+            self.waiters.wake_for_deadline(at, wake);
+        }
+        self.delayed.incoming = incoming; // keep its capacity
+        self.sweep_if_needed();
+    }
+
+    /// Records a request to add `item` at deadline `at` (in the future, at most
+    /// [`MAX_PAYLOAD`]).
+    fn schedule(&mut self, item: T, at: u64, wake: &mut WakeList) {
+        if let Some(key) = self.record(item, at) {
+            self.delayed.push(key, at);
+            self.waiters.wake_for_deadline(at, wake);
+            self.sweep_if_needed();
+        }
+    }
+
+    /// The item map's part of recording a request for `item` at `at`: returns the key to push
+    /// to the heap with it, or `None` if the request changes nothing.
+    #[inline]
+    fn record(&mut self, item: T, at: u64) -> Option<T> {
         use hashbrown::hash_map::Entry;
 
-        let due = self.delayed.next_due(at);
-        let key = match self.items.entry(item) {
+        match self.items.entry(item) {
             Entry::Vacant(vacant) => {
                 let key = vacant.key().clone();
-                vacant.insert(ItemState::Waiting(due));
+                vacant.insert(ItemState::Waiting(at).pack());
                 self.delayed.add_one();
-                key
+                Some(key)
             }
             Entry::Occupied(mut occupied) => {
                 let next = match self.fifo.current(*occupied.get()) {
                     // Will be processed after now anyway.
-                    ItemState::Queued(_) | ItemState::ProcessingDirty => return,
+                    ItemState::Queued(_) | ItemState::ProcessingDirty => return None,
                     ItemState::Processing => {
                         self.delayed.add_one();
-                        ItemState::ProcessingWaiting(due)
+                        ItemState::ProcessingWaiting(at)
                     }
-                    ItemState::Waiting(old) if at < old.at => ItemState::Waiting(due),
-                    ItemState::ProcessingWaiting(old) if at < old.at => {
-                        ItemState::ProcessingWaiting(due)
+                    ItemState::Waiting(old) if at < old => ItemState::Waiting(at),
+                    ItemState::ProcessingWaiting(old) if at < old => {
+                        ItemState::ProcessingWaiting(at)
                     }
                     // The pending request is earlier: it wins.
-                    ItemState::Waiting(_) | ItemState::ProcessingWaiting(_) => return,
+                    ItemState::Waiting(_) | ItemState::ProcessingWaiting(_) => return None,
                 };
-                occupied.insert(next);
-                occupied.key().clone()
+                occupied.insert(next.pack());
+                Some(occupied.key().clone())
             }
-        };
-        self.delayed.push(key, due);
-        self.waiters.wake_for_deadline(at, wake);
+        }
+    }
+
+    /// Drops the heap's stale entries if they outnumber the live ones.
+    fn sweep_if_needed(&mut self) {
         if self.delayed.needs_sweep() {
             let items = &self.items;
-            self.delayed.sweep(|item, due| {
+            self.delayed.sweep(|item, at| {
                 matches!(
-                    items.get(item),
-                    Some(ItemState::Waiting(d) | ItemState::ProcessingWaiting(d)) if *d == due
+                    items.get(item).map(|state| state.get()),
+                    Some(ItemState::Waiting(a) | ItemState::ProcessingWaiting(a)) if a == at
                 )
             });
         }
@@ -304,10 +444,10 @@ impl<T: Eq + Hash + Clone> State<T> {
     /// Drops every pending request (shutdown).
     pub(crate) fn discard_delayed(&mut self) {
         if self.delayed.pending() > 0 {
-            self.items.retain(|_, state| match *state {
+            self.items.retain(|_, state| match state.get() {
                 ItemState::Waiting(_) => false,
                 ItemState::ProcessingWaiting(_) => {
-                    *state = ItemState::Processing;
+                    *state = ItemState::Processing.pack();
                     true
                 }
                 _ => true,
@@ -319,24 +459,6 @@ impl<T: Eq + Hash + Clone> State<T> {
 
 // === DelayHeap ===
 
-/// Identifies one delayed request: its deadline and the low bits of its sequence number.
-///
-/// The item map stores the `Due` of an item's live request; a heap entry fires only if its
-/// own `Due` matches. Comparing deadlines alone is not enough: a cancelled request and a
-/// later one can share a deadline, and the cancelled entry would fire in the later one's
-/// place, out of order. The 32-bit ticket keeps `ItemState` at 16 bytes; two requests of one
-/// item are confused only if 2³² requests apart *and* due at the same nanosecond.
-///
-/// Packed to 4-byte alignment (12 bytes instead of 16) so that the enum tag fits beside it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(Rust, packed(4))]
-pub(crate) struct Due {
-    /// Deadline, in nanoseconds since the queue's epoch.
-    pub(crate) at: u64,
-    /// The request's sequence number, truncated.
-    ticket: u32,
-}
-
 /// One heap entry: `item` is due at `at`; `seq` orders entries with equal deadlines.
 pub(crate) struct Timer<T> {
     pub(crate) at: u64,
@@ -347,14 +469,6 @@ pub(crate) struct Timer<T> {
 impl<T> Timer<T> {
     fn key(&self) -> (u64, u64) {
         (self.at, self.seq)
-    }
-
-    /// The request this entry was pushed for.
-    pub(crate) fn due(&self) -> Due {
-        Due {
-            at: self.at,
-            ticket: self.seq as u32,
-        }
     }
 }
 
@@ -379,12 +493,19 @@ impl<T> Ord for Timer<T> {
     }
 }
 
+/// At most this many requests wait in the buffer before they are recorded together.
+const INCOMING_BATCH: usize = 64;
+
 /// Sweep only once the heap holds at least this many entries.
 const MIN_SWEEP_LEN: usize = 64;
 
 /// The delayed entries of a queue, including stale ones (see the module docs).
 pub(crate) struct DelayHeap<T> {
     heap: BinaryHeap<Timer<T>>,
+    /// Requests not recorded yet (item, deadline), oldest first; see [`State::settle`].
+    incoming: Vec<(T, u64)>,
+    /// The earliest deadline in `incoming` (`u64::MAX` if it is empty).
+    incoming_min: u64,
     /// Next tie-breaking sequence number.
     next_seq: u64,
     /// Live requests: items in state `Waiting` or `ProcessingWaiting`.
@@ -397,6 +518,8 @@ impl<T> Default for DelayHeap<T> {
     fn default() -> Self {
         Self {
             heap: BinaryHeap::new(),
+            incoming: Vec::new(),
+            incoming_min: u64::MAX,
             next_seq: 0,
             live: 0,
             sweep_above: MIN_SWEEP_LEN,
@@ -407,7 +530,20 @@ impl<T> Default for DelayHeap<T> {
 impl<T> DelayHeap<T> {
     /// Whether the heap has no entries at all (live or stale).
     pub(crate) fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.heap.is_empty() && self.incoming.is_empty()
+    }
+
+    /// Number of buffered requests, not counted by [`pending`](Self::pending) until
+    /// [`State::settle`] records them (some may change nothing).
+    pub(crate) fn unrecorded(&self) -> usize {
+        self.incoming.len()
+    }
+
+    /// Buffers a request until [`State::settle`].
+    #[inline]
+    fn buffer(&mut self, item: T, at: u64) {
+        self.incoming_min = self.incoming_min.min(at);
+        self.incoming.push((item, at));
     }
 
     /// Number of live requests.
@@ -429,26 +565,12 @@ impl<T> DelayHeap<T> {
         }
     }
 
-    /// Numbers a new request due at `at`; push it with [`push`](Self::push).
-    fn next_due(&mut self, at: u64) -> Due {
+    /// Pushes the entry of a request for `item` due at `at`, numbered after every earlier
+    /// one. The caller updated the item map and `live`.
+    fn push(&mut self, item: T, at: u64) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        Due {
-            at,
-            ticket: seq as u32,
-        }
-    }
-
-    /// Pushes the entry of the request `due`, the last one numbered by
-    /// [`next_due`](Self::next_due). The caller updated the item map and `live`.
-    fn push(&mut self, item: T, due: Due) {
-        let seq = self.next_seq - 1;
-        debug_assert_eq!(due.ticket, seq as u32);
-        self.heap.push(Timer {
-            at: due.at,
-            seq,
-            item,
-        });
+        self.heap.push(Timer { at, seq, item });
     }
 
     /// A new live request.
@@ -468,14 +590,16 @@ impl<T> DelayHeap<T> {
     }
 
     /// Keeps only the entries `is_live(item, due)` accepts.
-    fn sweep(&mut self, is_live: impl Fn(&T, Due) -> bool) {
-        self.heap.retain(|timer| is_live(&timer.item, timer.due()));
+    fn sweep(&mut self, is_live: impl Fn(&T, u64) -> bool) {
+        self.heap.retain(|timer| is_live(&timer.item, timer.at));
         self.sweep_above = (2 * self.heap.len()).max(MIN_SWEEP_LEN);
     }
 
     /// Drops every entry.
     fn clear(&mut self) {
         self.heap.clear();
+        self.incoming.clear();
+        self.incoming_min = u64::MAX;
         self.live = 0;
         self.sweep_above = MIN_SWEEP_LEN;
     }
@@ -669,6 +793,31 @@ mod tests {
         advance(MS).await;
         assert_eq!(queue.get().await, Some("y"));
         assert_eq!(queue.get().await, Some("x"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_requests_due_together_keep_their_order_past_cancelled_twins() {
+        // More than 16 entries share the deadline, so the stale twins are found by hashing.
+        let queue = DelayingQueue::new();
+        for item in 0..20 {
+            queue.add_after(item, MS);
+        }
+        queue.add(0); // cancels 0's and 5's requests: their entries stay, stale
+        queue.add(5);
+        for expected in [0, 5] {
+            assert_eq!(queue.get().await, Some(expected));
+            queue.done(&expected);
+        }
+        queue.add_after(5, MS); // same deadline as the stale entries, requested last
+        queue.add_after(0, MS);
+        advance(MS).await;
+        let expected: Vec<_> = (1..20).filter(|i| *i != 5).chain([5, 0]).collect();
+        let mut got = Vec::new();
+        while !queue.is_empty() {
+            got.push(queue.get().await.unwrap());
+        }
+        assert_eq!(got, expected);
+        assert_eq!(queue.pending_delayed(), 0);
     }
 
     #[tokio::test(start_paused = true)]

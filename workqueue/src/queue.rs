@@ -16,6 +16,9 @@
 //! | `Waiting(due)` | no | no | yes | `Queued` | (ignored) |
 //! | `ProcessingWaiting(due)` | no | yes | yes | `ProcessingDirty` | `Waiting(due)` |
 //!
+//! The map stores each state packed into one word, `PackedState` (two bits of state, 62 of
+//! push number or deadline), so an entry is the item plus 8 bytes and a control byte.
+//!
 //! `Queued(seq)` records where the item was pushed: the FIFO ([`Fifo`]) numbers every push
 //! and counts its pops, so `get` only pops — it never touches the map — and a `Queued(seq)`
 //! that the FIFO has popped since *reads* as `Processing` (`Fifo::current`); the next
@@ -61,7 +64,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
-use crate::delaying::{DelayHeap, Due};
+use crate::delaying::DelayHeap;
 use crate::metrics::{MetricsProvider, QueueMetrics, UNFINISHED_WORK_UPDATE_PERIOD};
 use crate::precise::{self, PreciseWake};
 use crate::recent::PopCounters;
@@ -178,8 +181,9 @@ pub(crate) struct Shared<T> {
 
 /// Where an item is; see the table in the module docs.
 ///
-/// Read a stored state through [`Fifo::current`]: a `Queued(seq)` whose item has been popped
-/// reads as `Processing`.
+/// This is the decoded view; the item map stores it packed into one word, as a
+/// [`PackedState`]. Read a stored state through [`Fifo::current`]: a `Queued(seq)` whose item
+/// has been popped reads as `Processing`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ItemState {
     /// Pushed to the FIFO as its push number `seq`: waiting for a worker until the FIFO has
@@ -189,16 +193,80 @@ pub(crate) enum ItemState {
     Processing,
     /// Handed out and added again since: re-queued by `done`.
     ProcessingDirty,
-    /// Not queued nor handed out; the delayed entry `Due` will queue it.
-    Waiting(Due),
-    /// Handed out; the delayed entry `Due` will mark it dirty.
-    ProcessingWaiting(Due),
+    /// Not queued nor handed out; the delayed request due at this deadline (nanoseconds
+    /// since the queue's epoch) will queue it.
+    Waiting(u64),
+    /// Handed out; the delayed request due at this deadline will mark it dirty.
+    ProcessingWaiting(u64),
+}
+
+/// The largest payload of an [`ItemState`]: push numbers and deadlines (nanoseconds since the
+/// queue's epoch, about 146 years) stay below 2⁶².
+pub(crate) const MAX_PAYLOAD: u64 = (1 << 62) - 1;
+
+/// An [`ItemState`] in one word, as the item map stores it: the top two bits say which
+/// state, the other 62 hold the push number or the deadline.
+///
+/// | bits 63–62 | bits 61–0 | state |
+/// |---|---|---|
+/// | `00` | `seq` | `Queued(seq)` |
+/// | `01` | `at` | `Waiting(at)` |
+/// | `10` | `at` | `ProcessingWaiting(at)` |
+/// | `11` | 0 or 1 | `Processing` or `ProcessingDirty` |
+///
+/// Half the size of the enum (16 bytes: a `u64` payload and a tag), so a map entry of a
+/// `u64` key is 17 bytes with its control byte instead of 25: the map is most of the queue's
+/// memory, and of the memory `add_after` touches for the first time.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PackedState(u64);
+
+impl ItemState {
+    /// Packs the state; payloads above [`MAX_PAYLOAD`] never occur (push numbers count one
+    /// per push, deadlines are capped by the delaying layer).
+    #[inline]
+    pub(crate) fn pack(self) -> PackedState {
+        const TAG: u32 = 62;
+        let word = match self {
+            ItemState::Queued(seq) => seq,
+            ItemState::Waiting(at) => 1 << TAG | at,
+            ItemState::ProcessingWaiting(at) => 2 << TAG | at,
+            ItemState::Processing => 3 << TAG,
+            ItemState::ProcessingDirty => 3 << TAG | 1,
+        };
+        debug_assert!(match self {
+            ItemState::Queued(p) | ItemState::Waiting(p) | ItemState::ProcessingWaiting(p) =>
+                p <= MAX_PAYLOAD,
+            _ => true,
+        });
+        PackedState(word)
+    }
+}
+
+impl PackedState {
+    /// The state this word holds.
+    #[inline]
+    pub(crate) fn get(self) -> ItemState {
+        let payload = self.0 & MAX_PAYLOAD;
+        match self.0 >> 62 {
+            0 => ItemState::Queued(payload),
+            1 => ItemState::Waiting(payload),
+            2 => ItemState::ProcessingWaiting(payload),
+            _ if payload == 0 => ItemState::Processing,
+            _ => ItemState::ProcessingDirty,
+        }
+    }
+}
+
+impl fmt::Debug for PackedState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.get().fmt(f)
+    }
 }
 
 /// Everything behind the queue's lock.
 pub(crate) struct State<T> {
     /// Every item the queue knows, and where it is.
-    pub(crate) items: HashMap<T, ItemState>,
+    pub(crate) items: HashMap<T, PackedState>,
     /// Items in state `Queued`, oldest first, each exactly once.
     pub(crate) fifo: Fifo<T>,
     /// Number of items handed out and not yet `done` (states `Processing*`).
@@ -252,8 +320,8 @@ impl<T> Fifo<T> {
     /// What a stored state means now: `Queued(seq)` of an item this FIFO has popped since
     /// is `Processing`.
     #[inline]
-    pub(crate) fn current(&self, state: ItemState) -> ItemState {
-        match state {
+    pub(crate) fn current(&self, state: PackedState) -> ItemState {
+        match state.get() {
             ItemState::Queued(seq) if seq < self.popped => ItemState::Processing,
             state => state,
         }
@@ -530,6 +598,7 @@ impl<T> fmt::Debug for Queue<T> {
             .field("queued", &state.fifo.len())
             .field("processing", &state.processing)
             .field("delayed", &state.delayed.pending())
+            .field("delayed_unrecorded", &state.delayed.unrecorded())
             .field("shutting_down", &state.shutting_down)
             .finish()
     }
@@ -582,7 +651,7 @@ impl<T: Eq + Hash + Clone> State<T> {
                 if let Some(metrics) = &mut self.metrics {
                     metrics.add(vacant.key());
                 }
-                vacant.insert(queued);
+                vacant.insert(queued.pack());
                 self.waiters.wake_for_item(wake);
             }
             Entry::Occupied(mut occupied) => {
@@ -599,7 +668,7 @@ impl<T: Eq + Hash + Clone> State<T> {
                         ItemState::ProcessingDirty
                     }
                 };
-                occupied.insert(next);
+                occupied.insert(next.pack());
                 if let Some(metrics) = &mut self.metrics {
                     metrics.add(occupied.key());
                 }
@@ -625,7 +694,7 @@ impl<T: Eq + Hash + Clone> State<T> {
         match self.fifo.current(*state) {
             ItemState::Queued(_) | ItemState::ProcessingDirty => {}
             ItemState::Processing => {
-                *state = ItemState::ProcessingDirty;
+                *state = ItemState::ProcessingDirty.pack();
                 if let Some(metrics) = &mut self.metrics {
                     metrics.add(item);
                 }
@@ -643,7 +712,7 @@ impl<T: Eq + Hash + Clone> State<T> {
     fn pop(&mut self, counters: &PopCounters) -> Option<T> {
         let seq = self.fifo.popped;
         let item = self.fifo.pop()?;
-        debug_assert_eq!(self.items.get(&item), Some(&ItemState::Queued(seq)));
+        debug_assert_eq!(self.items.get(&item), Some(&ItemState::Queued(seq).pack()));
         if counters.is_counting() {
             counters.count_pop(&item);
         }
@@ -664,11 +733,11 @@ impl<T: Eq + Hash + Clone> State<T> {
                 entry.remove();
             }
             ItemState::ProcessingDirty => {
-                entry.insert(self.fifo.push(entry.key().clone()));
+                entry.insert(self.fifo.push(entry.key().clone()).pack());
                 self.waiters.wake_for_item(wake);
             }
-            ItemState::ProcessingWaiting(due) => {
-                entry.insert(ItemState::Waiting(due));
+            ItemState::ProcessingWaiting(at) => {
+                entry.insert(ItemState::Waiting(at).pack());
             }
             // Not handed out: a stray `done` changes nothing.
             ItemState::Queued(_) | ItemState::Waiting(_) => return false,
@@ -1241,8 +1310,25 @@ mod tests {
     }
 
     #[test]
-    fn item_state_stays_two_words() {
-        assert_eq!(std::mem::size_of::<ItemState>(), 16);
+    fn a_stored_state_is_one_word() {
+        assert_eq!(std::mem::size_of::<PackedState>(), 8);
+    }
+
+    #[test]
+    fn every_state_survives_packing() {
+        for state in [
+            ItemState::Queued(0),
+            ItemState::Queued(MAX_PAYLOAD),
+            ItemState::Processing,
+            ItemState::ProcessingDirty,
+            ItemState::Waiting(0),
+            ItemState::Waiting(1),
+            ItemState::Waiting(MAX_PAYLOAD),
+            ItemState::ProcessingWaiting(0),
+            ItemState::ProcessingWaiting(MAX_PAYLOAD),
+        ] {
+            assert_eq!(state.pack().get(), state);
+        }
     }
 
     #[test]

@@ -186,6 +186,18 @@ impl Waiters {
         }
     }
 
+    /// Whether [`wake_for_deadline`](Self::wake_for_deadline) would wake a getter for an
+    /// entry due at `at`.
+    #[inline]
+    pub(crate) fn wakes_for_deadline(&self, at: u64) -> bool {
+        match self.keeper {
+            Some(keeper) => {
+                self.armed.is_none_or(|armed| at < armed) && self.slots[keeper].waker.is_some()
+            }
+            None => !self.idle.is_empty(),
+        }
+    }
+
     /// Reacts to a new delaying-heap entry due at `at`: wakes the keeper if it sleeps past
     /// `at`, or wakes an idle getter to become the keeper if there is none.
     pub(crate) fn wake_for_deadline(&mut self, at: u64, wake: &mut WakeList) {
