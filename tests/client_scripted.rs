@@ -1,6 +1,7 @@
 //! The client against a scripted server on loopback: the exact bytes of representative
-//! requests, error bodies, 429 retries, and recorded watch streams with garbage, truncated
-//! and `ERROR` frames.
+//! requests, error bodies, 429 retries, recorded watch streams with garbage, truncated
+//! and `ERROR` frames, and protobuf lists that are malformed or hold a field the client's
+//! tables do not know.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -553,4 +554,84 @@ async fn error_frame_becomes_a_gone_error_carrying_the_status() {
         error.to_string(),
         "410 Expired: The resourceVersion for the provided watch is too old."
     );
+}
+
+// === protobuf ===
+
+/// A length-delimited protobuf field.
+fn pb_field(number: u8, bytes: &[u8]) -> Vec<u8> {
+    assert!(number < 16 && bytes.len() < 128, "a short field");
+    let mut out = vec![number << 3 | 2, bytes.len() as u8];
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// A protobuf answer: `k8s\0`, then `runtime.Unknown` holding `raw`.
+fn protobuf_response(kind: &str, raw: &[u8]) -> Vec<u8> {
+    let type_meta = [pb_field(1, b"v1"), pb_field(2, kind.as_bytes())].concat();
+    let mut body = b"k8s\0".to_vec();
+    body.extend([pb_field(1, &type_meta), pb_field(2, raw)].concat());
+    let mut out = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/vnd.kubernetes.protobuf\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend(body);
+    out
+}
+
+#[tokio::test]
+async fn a_protobuf_list_holding_an_unknown_field_is_read_again_as_json() {
+    use k8s_openapi::api::core::v1::PodTemplate;
+    // A PodTemplate whose field 15 this client's tables do not have: a newer server.
+    let item = [pb_field(1, &pb_field(1, b"t")), pb_field(15, b"new")].concat();
+    let list = [pb_field(1, &pb_field(2, b"9")), pb_field(2, &item)].concat();
+    let server = Scripted::start(vec![
+        protobuf_response("PodTemplateList", &list),
+        json_response(
+            200,
+            "OK",
+            r#"{"kind":"PodTemplateList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"t","namespace":"ns"}}]}"#,
+        ),
+    ]);
+    assert!(Raw::<PodTemplate>::protobuf_kind().is_some());
+    let api: Api<Raw<PodTemplate>> = Api::namespaced(server.client(), "ns");
+    let list = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].name(), "t");
+    let accepts: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| {
+            r.lines()
+                .find(|l| l.starts_with("accept: "))
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        accepts,
+        [
+            "accept: application/vnd.kubernetes.protobuf, application/json",
+            "accept: application/json"
+        ]
+    );
+    // The kind stays on JSON from now on, in this process.
+    assert!(Raw::<PodTemplate>::protobuf_kind().is_none());
+}
+
+#[tokio::test]
+async fn a_malformed_protobuf_list_is_an_error_naming_it() {
+    use k8s_openapi::api::core::v1::Secret as SecretKind;
+    let truncated = [pb_field(1, &pb_field(2, b"9")), vec![2 << 3 | 2, 40, 1, 2]].concat();
+    let server = Scripted::start(vec![protobuf_response("SecretList", &truncated)]);
+    let api: Api<Raw<SecretKind>> = Api::namespaced(server.client(), "ns");
+    let err = api.list(&ListParams::default()).await.unwrap_err();
+    assert!(matches!(err, Error::Protobuf { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "decoding the list /api/v1/namespaces/ns/secrets: malformed protobuf: length-delimited bytes at byte 7"
+    );
+    // A malformed body is not a newer schema: the kind keeps asking for protobuf.
+    assert!(Raw::<SecretKind>::protobuf_kind().is_some());
 }
