@@ -152,6 +152,7 @@ impl<'a> Fields<'a> {
         fail(what, self.pos)
     }
 
+    #[inline]
     fn take(&mut self, len: usize, what: &'static str) -> Result<&'a [u8]> {
         let end = self
             .pos
@@ -165,6 +166,7 @@ impl<'a> Fields<'a> {
         Ok(bytes)
     }
 
+    #[inline]
     fn field(&mut self) -> Result<Field<'a>> {
         let start = self.pos;
         let key = self.varint("a field key")?;
@@ -195,6 +197,7 @@ impl<'a> Fields<'a> {
 impl<'a> Iterator for Fields<'a> {
     type Item = Result<Field<'a>>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.pos >= self.buf.len() {
             return None;
