@@ -947,6 +947,24 @@ mod tests {
     }
 
     #[test]
+    fn a_single_field_sent_twice_keeps_its_last_value() {
+        let meta = Msg::default()
+            .str(1, "first")
+            .str(3, "ns")
+            .entry(11, "app", "web")
+            .str(1, "second");
+        let m = Msg::default().msg(1, meta).entry(2, "k", "v");
+        let raw: Raw<ConfigMap> = transcode(core("ConfigMap"), &m.0).unwrap();
+        assert_eq!(
+            raw.json(),
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"second","namespace":"ns","labels":{"app":"web"}},"data":{"k":"v"}}"#
+        );
+        assert_eq!(raw.name(), "second");
+        assert_eq!(raw.namespace(), Some("ns"));
+        assert_eq!(raw.label("app").as_deref(), Some("web"));
+    }
+
+    #[test]
     fn omitempty_zeros_are_dropped_but_set_pointers_are_kept() {
         // `immutable` is a *bool: sent only when set, and then kept even when false.
         let m = Msg::default()
