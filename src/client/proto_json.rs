@@ -8,9 +8,12 @@
 //! k8s.io/api (`proto_tables.rs`, made by `tools/protoschema`) and writes JSON in one pass:
 //!
 //! - Fields are written in Go declaration order, as `encoding/json` writes them: each
-//!   message's fields are collected with their declaration index and stably sorted (one
-//!   pass, since the server's order is already grouped), so a repeated field's elements
-//!   make one array even if they arrive apart.
+//!   message's fields are collected with their declaration index and, unless they are in
+//!   that order already, stably sorted, so a repeated field's elements make one array even
+//!   if they arrive apart, and a single field sent twice keeps its last value.
+//! - Strings are copied as they are and the whole output is checked for UTF-8 once; if a
+//!   string was not UTF-8 (Go strings may hold any bytes), the object is written again with
+//!   U+FFFD in its place, as `encoding/json` writes it.
 //! - What `encoding/json` would leave out, the transcoder leaves out: a zero scalar of an
 //!   `omitempty` field (protobuf always sends those), and an absent repeated field or map.
 //!   What protobuf leaves out (a nil pointer) stays out.
