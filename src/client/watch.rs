@@ -531,4 +531,84 @@ mod tests {
         let err = decode_event::<ConfigMap>(br#"{"type":"RENAMED","object":{}}"#, "w").unwrap_err();
         assert!(matches!(err, Error::Decode { .. }), "{err}");
     }
+
+    // === protobuf ===
+
+    /// A length-delimited field.
+    fn ld(number: u8, bytes: &[u8]) -> Vec<u8> {
+        assert!(bytes.len() < 128);
+        let mut out = vec![number << 3 | 2, bytes.len() as u8];
+        out.extend_from_slice(bytes);
+        out
+    }
+
+    /// A watch frame: `type`, then the object as `RawExtension { raw: k8s\0 Unknown }`.
+    fn frame(event_type: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
+        let type_meta = [ld(1, b"v1"), ld(2, kind.as_bytes())].concat();
+        let envelope = [b"k8s\0".to_vec(), ld(1, &type_meta), ld(2, raw)].concat();
+        [ld(1, event_type.as_bytes()), ld(2, &ld(1, &envelope))].concat()
+    }
+
+    fn kind() -> ProtoKind {
+        Raw::<ConfigMap>::protobuf_kind().expect("ConfigMap has a protobuf form")
+    }
+
+    #[test]
+    fn an_error_event_becomes_the_servers_status() {
+        // Status { status: "Failure", message, reason: "Expired", code: 410 }.
+        let status = [
+            ld(2, b"Failure"),
+            ld(3, b"too old resource version: 1 (5)"),
+            ld(4, b"Expired"),
+            vec![6 << 3, 0x9a, 0x03],
+        ]
+        .concat();
+        let err = decode_protobuf_event::<Raw<ConfigMap>>(
+            kind(),
+            &frame("ERROR", "Status", &status),
+            "w",
+        )
+        .unwrap_err();
+        assert!(err.is_gone(), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "410 Expired: too old resource version: 1 (5)"
+        );
+    }
+
+    #[test]
+    fn a_bookmark_carries_its_version_and_the_end_of_initial_events() {
+        // ConfigMap { metadata: { resourceVersion: "12", annotations: {end: "true"} } }.
+        let annotation = [ld(1, INITIAL_EVENTS_END.as_bytes()), ld(2, b"true")].concat();
+        let meta = [ld(6, b"12"), ld(12, &annotation)].concat();
+        let event = decode_protobuf_event::<Raw<ConfigMap>>(
+            kind(),
+            &frame("BOOKMARK", "ConfigMap", &ld(1, &meta)),
+            "w",
+        )
+        .unwrap();
+        let WatchEvent::Bookmark(b) = event else {
+            panic!("not a bookmark: {event:?}")
+        };
+        assert_eq!(b.metadata.resource_version, "12");
+        assert!(b.is_initial_events_end());
+    }
+
+    #[test]
+    fn an_unknown_event_type_or_a_garbled_frame_is_an_error() {
+        let meta = ld(1, &ld(1, b"a"));
+        let err = decode_protobuf_event::<Raw<ConfigMap>>(
+            kind(),
+            &frame("RENAMED", "ConfigMap", &meta),
+            "w",
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Decode { .. }), "{err}");
+        let err = decode_protobuf_event::<Raw<ConfigMap>>(kind(), b"\x0a\x05AD", "w").unwrap_err();
+        assert!(matches!(err, Error::Protobuf { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("decoding a watch frame from w: malformed protobuf")
+        );
+    }
 }
