@@ -148,7 +148,7 @@ use crate::waiters::WakeList;
 /// assert_eq!(start.elapsed(), Duration::from_millis(50));
 /// # }
 /// ```
-pub struct DelayingQueue<T> {
+pub struct DelayingQueue<T: Send> {
     queue: Queue<T>,
 }
 
@@ -213,7 +213,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Default for DelayingQueue<T> {
     }
 }
 
-impl<T> Deref for DelayingQueue<T> {
+impl<T: Send> Deref for DelayingQueue<T> {
     type Target = Queue<T>;
 
     fn deref(&self) -> &Queue<T> {
@@ -221,7 +221,7 @@ impl<T> Deref for DelayingQueue<T> {
     }
 }
 
-impl<T> Clone for DelayingQueue<T> {
+impl<T: Send> Clone for DelayingQueue<T> {
     fn clone(&self) -> Self {
         Self {
             queue: self.queue.clone(),
@@ -229,7 +229,7 @@ impl<T> Clone for DelayingQueue<T> {
     }
 }
 
-impl<T> fmt::Debug for DelayingQueue<T> {
+impl<T: Send> fmt::Debug for DelayingQueue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("DelayingQueue").field(&self.queue).finish()
     }
@@ -240,7 +240,7 @@ fn nanos_since(epoch: Instant, now: Instant) -> u64 {
     u64::try_from(now.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl<T> Shared<T> {
+impl<T: Send> Shared<T> {
     /// The instant of deadline `at` (nanoseconds since the epoch).
     pub(crate) fn instant_at(&self, at: u64) -> Instant {
         self.epoch

@@ -164,19 +164,19 @@ impl fmt::Debug for QueueConfig {
 /// assert_eq!(queue.len(), 2);
 /// # }
 /// ```
-pub struct Queue<T> {
+pub struct Queue<T: Send> {
     pub(crate) shared: Arc<Shared<T>>,
 }
 
 /// The state shared by all handles of one queue.
-pub(crate) struct Shared<T> {
+pub(crate) struct Shared<T: Send> {
     pub(crate) state: Mutex<State<T>>,
     /// Woken when a drain may have completed, or was cut short by `shut_down`.
     drained: Notify,
     /// Zero of the queue's clock: delayed deadlines are nanoseconds since this instant.
     pub(crate) epoch: Instant,
     /// Lets a duplicate `add` skip the lock (see [`crate::recent`]).
-    counters: PopCounters,
+    counters: PopCounters<T>,
 }
 
 /// Where an item is; see the table in the module docs.
@@ -583,7 +583,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Default for Queue<T> {
     }
 }
 
-impl<T> Clone for Queue<T> {
+impl<T: Send> Clone for Queue<T> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
@@ -591,7 +591,7 @@ impl<T> Clone for Queue<T> {
     }
 }
 
-impl<T> fmt::Debug for Queue<T> {
+impl<T: Send> fmt::Debug for Queue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.shared.state.lock();
         f.debug_struct("Queue")
@@ -604,7 +604,7 @@ impl<T> fmt::Debug for Queue<T> {
     }
 }
 
-impl<T: Eq + Hash + Clone> Shared<T> {
+impl<T: Eq + Hash + Clone + Send> Shared<T> {
     /// Refreshes the unfinished-work gauges; `false` once the queue is shutting down.
     fn update_unfinished_work(&self) -> bool {
         let state = self.state.lock();
@@ -642,7 +642,7 @@ fn spawn_unfinished_work_updater<T: Eq + Hash + Clone + Send + 'static>(shared: 
 
 // === impl State ===
 
-impl<T: Eq + Hash + Clone> State<T> {
+impl<T: Eq + Hash + Clone + Send> State<T> {
     /// The "add" transition of the state table, for an item that is due now.
     pub(crate) fn enqueue(&mut self, item: T, wake: &mut WakeList) {
         match self.items.entry(item) {
@@ -709,7 +709,7 @@ impl<T: Eq + Hash + Clone> State<T> {
     ///
     /// This is the one transition out of the dirty states, so it is counted for the
     /// lock-free duplicate check before the item is handed out.
-    fn pop(&mut self, counters: &PopCounters) -> Option<T> {
+    fn pop(&mut self, counters: &PopCounters<T>) -> Option<T> {
         let seq = self.fifo.popped;
         let item = self.fifo.pop()?;
         debug_assert_eq!(self.items.get(&item), Some(&ItemState::Queued(seq).pack()));
@@ -836,7 +836,7 @@ const COALESCE: Duration = Duration::from_micros(200);
 const PAUSED_CLOCK_SKEW: Duration = Duration::from_millis(1);
 
 /// The part of a `get` future that must be cleaned up if the future is dropped.
-struct Waiter<'a, T> {
+struct Waiter<'a, T: Send> {
     shared: &'a Shared<T>,
     /// The getter's slot in `Waiters`, once it has parked.
     slot: Option<usize>,
@@ -850,7 +850,7 @@ struct Waiter<'a, T> {
     fire_at: Option<Instant>,
 }
 
-impl<T: Eq + Hash + Clone> Waiter<'_, T> {
+impl<T: Eq + Hash + Clone + Send> Waiter<'_, T> {
     /// One poll of `get`: take an item, report shutdown, or park (and, as the keeper, sleep
     /// until the earliest delayed deadline).
     fn poll_get(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
@@ -948,7 +948,7 @@ impl<T: Eq + Hash + Clone> Waiter<'_, T> {
     }
 }
 
-impl<T> Drop for Waiter<'_, T> {
+impl<T: Send> Drop for Waiter<'_, T> {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
             let mut wake = WakeList::default();

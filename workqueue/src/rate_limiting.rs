@@ -42,7 +42,7 @@ use crate::rate_limiter::RateLimiter;
 /// queue.done(&key);
 /// # }
 /// ```
-pub struct RateLimitingQueue<T> {
+pub struct RateLimitingQueue<T: Send> {
     queue: DelayingQueue<T>,
     limiter: Arc<dyn RateLimiter<T>>,
 }
@@ -89,7 +89,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> RateLimitingQueue<T> {
     }
 }
 
-impl<T> Deref for RateLimitingQueue<T> {
+impl<T: Send> Deref for RateLimitingQueue<T> {
     type Target = DelayingQueue<T>;
 
     fn deref(&self) -> &DelayingQueue<T> {
@@ -97,7 +97,7 @@ impl<T> Deref for RateLimitingQueue<T> {
     }
 }
 
-impl<T> Clone for RateLimitingQueue<T> {
+impl<T: Send> Clone for RateLimitingQueue<T> {
     fn clone(&self) -> Self {
         Self {
             queue: self.queue.clone(),
@@ -106,7 +106,7 @@ impl<T> Clone for RateLimitingQueue<T> {
     }
 }
 
-impl<T> fmt::Debug for RateLimitingQueue<T> {
+impl<T: Send> fmt::Debug for RateLimitingQueue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("RateLimitingQueue")
             .field(&*self.queue)
