@@ -212,11 +212,7 @@ impl<K: WatchObject> Api<K> {
             req.accept = super::ACCEPT_PROTOBUF;
             let body = self.client.request_bytes(req).await?;
             if !body.starts_with(protobuf::MAGIC) {
-                return serde_json::from_slice(&body).map_err(|source| Error::Decode {
-                    what: format!("the list {path}"),
-                    source,
-                    snippet: super::error::snippet(&body, 200),
-                });
+                return super::decode_json(format!("the list {path}"), &body);
             }
             match read_protobuf_list(kind, &body) {
                 Ok(list) => return Ok(list),

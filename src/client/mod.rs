@@ -500,11 +500,7 @@ impl Client {
     pub(crate) async fn request_json<T: DeserializeOwned>(&self, req: Req) -> Result<T> {
         let what = format!("the response to {} {}", req.method, req.path);
         let body = self.request_bytes(req).await?;
-        serde_json::from_slice(&body).map_err(|source| Error::Decode {
-            what,
-            source,
-            snippet: snippet(&body, 200),
-        })
+        decode_json(what, &body)
     }
 
     /// Starts a watch. With `protobuf`, the request asks for that kind as protobuf (falling
@@ -546,6 +542,15 @@ impl Client {
         });
         Ok(WatchStream::new(response.into_body(), url, protobuf))
     }
+}
+
+/// Decodes a JSON body; `what` names it in the error.
+pub(crate) fn decode_json<T: DeserializeOwned>(what: String, body: &[u8]) -> Result<T> {
+    serde_json::from_slice(body).map_err(|source| Error::Decode {
+        what,
+        source,
+        snippet: snippet(body, 200),
+    })
 }
 
 /// The wait a `Retry-After` header asks for, in whole seconds as the API server sends it.

@@ -512,17 +512,7 @@ impl<'a> Writer<'a> {
                 write_time(&mut self.out, seconds, micros).ok_or_else(|| bad_form(msg, "time"))?;
             }
             Form::Quantity => {
-                let mut text: &[u8] = b"0";
-                for field in protobuf::fields(bytes) {
-                    match field? {
-                        Field {
-                            number: 1,
-                            value: Value::Bytes(b),
-                        } => text = b,
-                        Field { number: 1, .. } => return Err(bad_form(msg, "quantity")),
-                        _ => {}
-                    }
-                }
+                let text = only_bytes(msg, bytes, "quantity")?.unwrap_or(b"0");
                 self.string(text);
             }
             Form::IntOrString => {
@@ -552,17 +542,7 @@ impl<'a> Writer<'a> {
                 }
             }
             Form::RawExtension | Form::FieldsV1 => {
-                let mut raw: &[u8] = b"";
-                for field in protobuf::fields(bytes) {
-                    match field? {
-                        Field {
-                            number: 1,
-                            value: Value::Bytes(b),
-                        } => raw = b,
-                        Field { number: 1, .. } => return Err(bad_form(msg, "raw JSON")),
-                        _ => {}
-                    }
-                }
+                let raw = only_bytes(msg, bytes, "raw JSON")?.unwrap_or_default();
                 let json = std::str::from_utf8(raw)
                     .map_err(|e| not_json(msg, e.to_string()))?
                     .trim_ascii();
@@ -631,6 +611,27 @@ fn not_json(msg: &'static Message, reason: String) -> Error {
         message: msg.name,
         reason,
     }
+}
+
+/// Field 1 of a message whose only field is bytes (`Quantity`, `RawExtension`, `FieldsV1`):
+/// its last value, if any.
+fn only_bytes<'a>(
+    msg: &'static Message,
+    bytes: &'a [u8],
+    expected: &'static str,
+) -> Result<Option<&'a [u8]>> {
+    let mut value = None;
+    for field in protobuf::fields(bytes) {
+        match field? {
+            Field {
+                number: 1,
+                value: Value::Bytes(b),
+            } => value = Some(b),
+            Field { number: 1, .. } => return Err(bad_form(msg, expected)),
+            _ => {}
+        }
+    }
+    Ok(value)
 }
 
 /// The bytes of a length-delimited field holding a message.

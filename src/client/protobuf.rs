@@ -541,11 +541,11 @@ impl WatchFramer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Encodes a length-delimited field.
-    fn ld(number: u32, bytes: &[u8]) -> Vec<u8> {
+    pub(crate) fn ld(number: u32, bytes: &[u8]) -> Vec<u8> {
         let mut out = varint(u64::from(number) << 3 | 2);
         out.extend(varint(bytes.len() as u64));
         out.extend_from_slice(bytes);

@@ -156,14 +156,7 @@ impl<K> Raw<K> {
                 "object of 4 GiB or more cannot be kept",
             ));
         }
-        let escaped = [
-            &fields.name,
-            &fields.namespace,
-            &fields.resource_version,
-            &fields.uid,
-        ]
-        .iter()
-        .any(|f| f.as_ref().is_some_and(|f| f.escaped));
+        let escaped = fields.key_escaped();
         let mut b = Builder {
             input,
             base: fields.object.start,
@@ -202,34 +195,28 @@ impl<K> Raw<K> {
     /// If the object is 4 GiB or more.
     pub(crate) fn from_transcoded(json: String, fields: &ObjectFields) -> serde_json::Result<Self> {
         debug_assert_eq!(fields.object, 0..json.len());
-        let escaped = [
-            &fields.name,
-            &fields.namespace,
-            &fields.resource_version,
-            &fields.uid,
-        ]
-        .iter()
-        .any(|f| f.as_ref().is_some_and(|f| f.escaped));
-        if escaped || u32::try_from(json.len()).is_err() {
+        if fields.key_escaped() || u32::try_from(json.len()).is_err() {
             // Rare: let the general path decode the escapes (or refuse the size).
             return Self::from_fields(&json, fields);
         }
-        let span = |f: &Option<StrSpan>| {
-            f.as_ref().map_or(Span::NONE, |f| Span {
-                start: f.range.start as u32,
-                end: f.range.end as u32,
-            })
+        // Every key field is a span of the JSON itself.
+        let mut b = Builder {
+            input: &json,
+            base: 0,
+            buf: String::new(),
         };
+        let name = b.string(fields.name.as_ref());
+        let namespace = b.string(fields.namespace.as_ref());
+        let resource_version = b.string(fields.resource_version.as_ref());
+        let uid = b.string(fields.uid.as_ref());
+        let labels = fields.labels.as_ref().map_or(Span::NONE, |l| b.range(l));
         Ok(Raw {
             json_len: json.len() as u32,
-            name: span(&fields.name),
-            namespace: span(&fields.namespace),
-            resource_version: span(&fields.resource_version),
-            uid: span(&fields.uid),
-            labels: fields.labels.as_ref().map_or(Span::NONE, |l| Span {
-                start: l.start as u32,
-                end: l.end as u32,
-            }),
+            name,
+            namespace,
+            resource_version,
+            uid,
+            labels,
             buf: json.into_boxed_str(),
             _kind: PhantomData,
         })

@@ -85,6 +85,20 @@ pub(crate) struct ObjectFields {
     pub managed_fields: Option<Range<usize>>,
 }
 
+impl ObjectFields {
+    /// Whether a key field (name, namespace, resourceVersion, uid) holds an escape.
+    pub fn key_escaped(&self) -> bool {
+        [
+            &self.name,
+            &self.namespace,
+            &self.resource_version,
+            &self.uid,
+        ]
+        .iter()
+        .any(|f| f.as_ref().is_some_and(|f| f.escaped))
+    }
+}
+
 /// Where a watch frame's parts lie.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FrameFields {

@@ -534,13 +534,7 @@ mod tests {
 
     // === protobuf ===
 
-    /// A length-delimited field.
-    fn ld(number: u8, bytes: &[u8]) -> Vec<u8> {
-        assert!(bytes.len() < 128);
-        let mut out = vec![number << 3 | 2, bytes.len() as u8];
-        out.extend_from_slice(bytes);
-        out
-    }
+    use crate::client::protobuf::tests::ld;
 
     /// A watch frame: `type`, then the object as `RawExtension { raw: k8s\0 Unknown }`.
     fn frame(event_type: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
