@@ -12,16 +12,8 @@ ns=pb-record-$$
 out=testdata/watch/configmaps-3.pb
 pki=$(mktemp -d)
 trap 'rm -rf "$pki"' EXIT
-server=$(python3 - "$kubeconfig" "$pki" <<'PY'
-import base64, sys, yaml
-k = yaml.safe_load(open(sys.argv[1]))
-cluster, user = k["clusters"][0]["cluster"], k["users"][0]["user"]
-for name, field in [("ca", cluster["certificate-authority-data"]),
-                    ("cert", user["client-certificate-data"]), ("key", user["client-key-data"])]:
-    open(f"{sys.argv[2]}/{name}.pem", "wb").write(base64.b64decode(field))
-print(cluster["server"])
-PY
-)
+. testdata/watch/testenv-pki.sh
+server=$(testenv_pki "$kubeconfig" "$pki")
 $kubectl create namespace "$ns" >/dev/null
 for i in 1 2 3; do
   $kubectl create configmap -n "$ns" "cm-$i" --from-literal=size="$i" >/dev/null

@@ -16,16 +16,8 @@ out=testdata/watch/configmaps-1200.jsonl
 pb=testdata/watch/configmaps-1200.pb
 pki=$(mktemp -d)
 trap 'rm -rf "$pki"' EXIT
-server=$(python3 - "$kubeconfig" "$pki" <<'PY'
-import base64, sys, yaml
-k = yaml.safe_load(open(sys.argv[1]))
-cluster, user = k["clusters"][0]["cluster"], k["users"][0]["user"]
-for name, field in [("ca", cluster["certificate-authority-data"]),
-                    ("cert", user["client-certificate-data"]), ("key", user["client-key-data"])]:
-    open(f"{sys.argv[2]}/{name}.pem", "wb").write(base64.b64decode(field))
-print(cluster["server"])
-PY
-)
+. testdata/watch/testenv-pki.sh
+server=$(testenv_pki "$kubeconfig" "$pki")
 $kubectl create namespace "$ns" >/dev/null
 rv=$($kubectl get --raw "/api/v1/namespaces/$ns/configmaps" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["resourceVersion"])')
 watch="/api/v1/namespaces/$ns/configmaps?watch=true&resourceVersion=$rv&timeoutSeconds=600"
