@@ -71,6 +71,7 @@ pub mod protobuf;
 mod rate_limit;
 mod raw;
 mod scan;
+mod scan_block;
 mod tls;
 mod watch;
 
