@@ -166,7 +166,9 @@ impl<'a> Fields<'a> {
         Ok(bytes)
     }
 
-    #[inline]
+    /// One field at the cursor. Inlined into the walks: returned through memory, a
+    /// field's parts are written piece by piece and read back whole, which stalls the read.
+    #[inline(always)]
     fn field(&mut self) -> Result<Field<'a>> {
         let start = self.pos;
         let key = self.varint("a field key")?;
