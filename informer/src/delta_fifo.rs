@@ -16,10 +16,14 @@
 //!
 //! A `pop` that finds the queue empty registers with a [`tokio::sync::Notify`] *before*
 //! releasing the lock, counts itself in `parked`, releases the lock and awaits. A producer
-//! that queues something while `parked > 0` wakes the parked pops after releasing the lock;
-//! with nobody parked it touches no `Notify` at all. Waking re-checks the queue under the
-//! lock, so spurious wake-ups are harmless, and a `pop` future dropped while parked uncounts
-//! itself. No guard is ever held across an `.await`.
+//! that queues something while `parked > 0` wakes the parked pops after releasing the lock,
+//! and, since that wakes every one of them, sets `parked` back to zero and counts the wake-up
+//! in `wakes`: the next producers, until a pop parks again, touch no `Notify` at all (a
+//! reflector queues a whole chunk of events before the popping task runs). Waking re-checks
+//! the queue under the lock, so spurious wake-ups are harmless. A pop remembers `wakes` as it
+//! was when it parked, so that it uncounts itself — when it wakes, or when its future is
+//! dropped while parked — only if no wake-up has uncounted it already. No guard is ever held
+//! across an `.await`.
 //!
 //! `has_synced` is an atomic flag, set under the lock once `populated` is true and
 //! `initial_population_count` (listed keys plus queued tombstones of the first `replace`) has
@@ -544,8 +548,10 @@ struct State<K> {
     initial_population_count: usize,
     /// Set by `close`; `pop` returns [`PopError::Closed`] once the queue is also empty.
     closed: bool,
-    /// Pops registered with `item_added` and waiting for an item.
+    /// Pops registered with `item_added`, waiting for an item and not yet woken.
     parked: usize,
+    /// Wake-ups sent to parked pops; each sets `parked` to zero.
+    wakes: u64,
 }
 
 impl<K> Clone for DeltaFifo<K> {
@@ -596,6 +602,7 @@ impl<K: Object> DeltaFifo<K> {
                     initial_population_count: 0,
                     closed: false,
                     parked: 0,
+                    wakes: 0,
                 }),
                 known_objects,
                 emit_delta_type_replaced,
@@ -757,16 +764,13 @@ impl<K: Object> DeltaFifo<K> {
         let shared = &*self.shared;
         let mut parked = Parked {
             shared,
-            armed: false,
+            since: None,
         };
         loop {
             let mut notified = pin!(shared.item_added.notified());
             {
                 let mut state = shared.state.lock();
-                if parked.armed {
-                    state.parked -= 1;
-                    parked.armed = false;
-                }
+                parked.unpark(&mut state);
                 if !state.queue.is_empty() {
                     return Ok(shared.pop_locked(state, process));
                 }
@@ -775,7 +779,7 @@ impl<K: Object> DeltaFifo<K> {
                 }
                 notified.as_mut().enable();
                 state.parked += 1;
-                parked.armed = true;
+                parked.since = Some(state.wakes);
             }
             notified.await;
         }
@@ -821,7 +825,10 @@ impl<K: Object> DeltaFifo<K> {
     /// Closes the FIFO: parked and future pops return [`PopError::Closed`] once the queue is
     /// empty.
     pub fn close(&self) {
-        self.shared.state.lock().closed = true;
+        let mut state = self.shared.state.lock();
+        state.closed = true;
+        state.woke_parked();
+        drop(state);
         self.shared.item_added.notify_waiters();
     }
 
@@ -992,12 +999,15 @@ impl<K: Object> Shared<K> {
 
 impl<K> Shared<K> {
     /// Publishes `has_synced`, releases the lock, then wakes whoever needs it.
-    fn release(&self, state: MutexGuard<'_, State<K>>) {
+    fn release(&self, mut state: MutexGuard<'_, State<K>>) {
         let became_synced = !self.synced.load(Ordering::Relaxed) && state.has_synced();
         if became_synced {
             self.synced.store(true, Ordering::Release);
         }
         let wake_pops = state.parked > 0 && !state.queue.is_empty();
+        if wake_pops {
+            state.woke_parked();
+        }
         drop(state);
         if wake_pops {
             self.item_added.notify_waiters();
@@ -1011,13 +1021,24 @@ impl<K> Shared<K> {
 /// A pop counted in `parked`; uncounts itself if its future is dropped while parked.
 struct Parked<'a, K> {
     shared: &'a Shared<K>,
-    armed: bool,
+    /// `State::wakes` when the pop parked; `None` while it is not parked.
+    since: Option<u64>,
+}
+
+impl<K> Parked<'_, K> {
+    /// Takes the pop out of `parked`, unless a wake-up since it parked already did.
+    fn unpark(&mut self, state: &mut State<K>) {
+        if self.since.take() == Some(state.wakes) {
+            state.parked -= 1;
+        }
+    }
 }
 
 impl<K> Drop for Parked<'_, K> {
     fn drop(&mut self) {
-        if self.armed {
-            self.shared.state.lock().parked -= 1;
+        if self.since.is_some() {
+            let mut state = self.shared.state.lock();
+            self.unpark(&mut state);
         }
     }
 }
@@ -1025,6 +1046,12 @@ impl<K> Drop for Parked<'_, K> {
 // === impl State ===
 
 impl<K> State<K> {
+    /// Records that every parked pop is being woken: none is left waiting.
+    fn woke_parked(&mut self) {
+        self.parked = 0;
+        self.wakes += 1;
+    }
+
     fn has_synced(&self) -> bool {
         self.populated && self.initial_population_count == 0
     }
@@ -1581,6 +1608,42 @@ mod tests {
         fifo.add(cm("a", "1"));
         assert_eq!(popper.await.unwrap(), Ok("ns/a".to_owned()));
         assert_eq!(fifo.shared.state.lock().parked, 0);
+    }
+
+    #[tokio::test]
+    async fn a_wake_up_uncounts_the_pops_it_wakes_once() {
+        let fifo = DeltaFifo::new();
+        let spawn_pop = || {
+            let fifo = fifo.clone();
+            tokio::spawn(async move { fifo.pop(|deltas, _| deltas.key().to_string()).await })
+        };
+        let (first, second) = (spawn_pop(), spawn_pop());
+        tokio::task::yield_now().await;
+        let counts = |fifo: &DeltaFifo<ConfigMap>| {
+            let state = fifo.shared.state.lock();
+            (state.parked, state.wakes)
+        };
+        assert_eq!(counts(&fifo), (2, 0));
+        fifo.add(cm("a", "1"));
+        // Both pops are woken and neither has run yet: nobody is left to wake.
+        assert_eq!(counts(&fifo), (0, 1));
+        fifo.update(cm("a", "2"));
+        assert_eq!(counts(&fifo), (0, 1));
+        // One pop takes "a"; the other finds the queue empty and parks again.
+        while !(first.is_finished() || second.is_finished()) {
+            tokio::task::yield_now().await;
+        }
+        tokio::task::yield_now().await;
+        assert_eq!(counts(&fifo), (1, 1));
+        fifo.add(cm("b", "1"));
+        assert_eq!(counts(&fifo), (0, 2));
+        let mut keys = [
+            first.await.unwrap().unwrap(),
+            second.await.unwrap().unwrap(),
+        ];
+        keys.sort();
+        assert_eq!(keys, ["ns/a", "ns/b"]);
+        assert_eq!(counts(&fifo), (0, 2));
     }
 
     #[tokio::test]
