@@ -882,6 +882,43 @@ mod tests {
             })
     }
 
+    /// Recorded watch frames, each damaged in one to three places with the bytes strings and
+    /// escapes are made of, are judged as `serde_json` judges them: real objects, whose long
+    /// escaped strings cross many sixteen-byte blocks.
+    #[test]
+    fn damaged_recorded_frames_are_judged_as_serde_json_judges_them() {
+        let recorded = include_str!("../../testdata/watch/configmaps-1200.jsonl");
+        let frames: Vec<&[u8]> = recorded.lines().map(str::as_bytes).collect();
+        // xorshift64: the same damage on every run.
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut next = |below: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % below as u64) as usize
+        };
+        let bytes = b"\\\"\\\"u0aA\n\x01/bnrtf{}[]:, ";
+        let mut judged = [0usize; 2];
+        for _ in 0..5_000 {
+            let mut frame = frames[next(frames.len())].to_vec();
+            for _ in 0..1 + next(3) {
+                let (at, byte) = (next(frame.len()), bytes[next(bytes.len())]);
+                match next(3) {
+                    0 => frame[at] = byte,
+                    1 => frame.insert(at, byte),
+                    _ => drop(frame.remove(at)),
+                }
+            }
+            let frame = std::str::from_utf8(&frame).expect("the recording is ASCII");
+            agree(frame);
+            let valid = validate(frame).is_ok();
+            assert_eq!(scan_frame(frame).is_ok(), valid, "{frame}");
+            judged[usize::from(valid)] += 1;
+        }
+        // Both verdicts came up often.
+        assert!(judged.iter().all(|&n| n > 500), "{judged:?}");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4000))]
 
