@@ -351,6 +351,7 @@ impl<'a> Writer<'a> {
     }
 
     /// Writes `"json":` after a comma unless `first`; returns where the key's quote is.
+    #[inline(always)]
     fn key(&mut self, json: &str, first: &mut bool) -> usize {
         if !std::mem::take(first) {
             self.out.push(b',');
