@@ -13,13 +13,12 @@
 //!
 //! Most of a Kubernetes object's bytes sit inside strings (annotations, managed fields, data),
 //! so the string scan is the hot loop: it classifies sixteen bytes at a time into masks of
-//! quotes, backslashes and control characters ([`scan_block`]), works out
-//! from the masks which quotes are escaped, and so crosses even an escape-dense string (a
-//! `last-applied-configuration` annotation) a block at a time. Near the end of the input,
-//! and for `\u` escapes and faults, it falls back to eight bytes at a time with word-wide
-//! bit tricks. UTF-8 is checked once for the whole input up front, so the scanner itself
-//! only looks at ASCII.
-//! Nesting is limited to [`MAX_DEPTH`] levels, as in `serde_json`.
+//! quotes, backslashes and control characters ([`scan_block`]), works out from the masks
+//! which quotes are escaped, and so crosses even an escape-dense string (a
+//! `last-applied-configuration` annotation) a block at a time. Near the end of the input, and
+//! for `\u` escapes and faults, it falls back to eight bytes at a time with word-wide bit
+//! tricks. UTF-8 is checked once for the whole input up front, so the scanner itself only
+//! looks at ASCII. Nesting is limited to [`MAX_DEPTH`] levels, as in `serde_json`.
 
 use std::borrow::Cow;
 use std::fmt;
