@@ -41,6 +41,7 @@
 pub mod client;
 pub mod config;
 pub mod informers;
+pub mod runtime;
 
 pub use informer;
 pub use workqueue;

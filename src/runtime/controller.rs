@@ -1,0 +1,1 @@
+//! Controllers: the builder that wires watches to a queue, and the workers that reconcile.

@@ -1,0 +1,1 @@
+//! An event recorder on events.k8s.io/v1.

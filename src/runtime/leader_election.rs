@@ -1,0 +1,1 @@
+//! Leader election on coordination.k8s.io/v1 Leases.

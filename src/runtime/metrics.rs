@@ -1,0 +1,1 @@
+//! Metrics with controller-runtime's names, kept in one registry per manager.

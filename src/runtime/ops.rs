@@ -1,0 +1,1 @@
+//! Writes a reconciler needs: create or update, retry on conflict, server-side apply.

@@ -1,0 +1,1 @@
+//! Predicates: which watch events reach a controller's queue.

@@ -1,0 +1,1 @@
+//! The probe and metrics HTTP endpoints.
