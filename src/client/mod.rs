@@ -169,6 +169,24 @@ pub struct ClientOptions {
     /// encodes protobuf about twice as fast and sends fewer bytes. Default true; false keeps
     /// every request on JSON.
     pub protobuf: bool,
+    /// Told of every HTTP attempt (retries included) with its method, host, status and
+    /// latency: where the `rest_client_*` metrics come from (the runtime's
+    /// `Metrics::request_observer` makes one). Default none.
+    pub observer: Option<Arc<dyn RequestObserver>>,
+}
+
+/// Watches the client's HTTP attempts, as client-go's `metrics.RequestResult` and
+/// `metrics.RequestLatency` hooks do.
+///
+/// [`observe`](RequestObserver::observe) is called once per HTTP attempt: a request that is
+/// retried after a 429 or a 401 is observed once per try. A watch is observed when its
+/// response headers arrive, so its latency is the time to the first byte, not the stream's
+/// life. The call is made on the request's task: keep it cheap (a counter, a histogram).
+pub trait RequestObserver: Send + Sync + std::fmt::Debug {
+    /// One attempt of `method` to `host` (`host[:port]` of the server URL) ended after
+    /// `latency`, answered with status `code`, or with no answer at all (`None`: connection
+    /// refused, TLS failure, reset), which client-go labels `<error>`.
+    fn observe(&self, method: &Method, host: &str, code: Option<u16>, latency: Duration);
 }
 
 impl Default for ClientOptions {
@@ -185,6 +203,7 @@ impl Default for ClientOptions {
             max_retries: 10,
             http2: true,
             protobuf: true,
+            observer: None,
         }
     }
 }
@@ -209,6 +228,10 @@ struct Inner {
     protobuf: bool,
     default_namespace: String,
     source: String,
+    /// Told of every attempt; see [`ClientOptions::observer`].
+    observer: Option<Arc<dyn RequestObserver>>,
+    /// The server URL's `host[:port]`, as the observer reports it.
+    host: String,
 }
 
 impl std::fmt::Debug for Client {
@@ -327,6 +350,11 @@ impl Client {
                 options.user_agent
             ))
         })?;
+        let host = config
+            .cluster_url
+            .authority()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
         let base = config
             .cluster_url
             .to_string()
@@ -344,6 +372,8 @@ impl Client {
                 protobuf: options.protobuf,
                 default_namespace: config.default_namespace,
                 source: config.source,
+                observer: options.observer,
+                host,
             }),
         })
     }
@@ -437,15 +467,16 @@ impl Client {
                 .body(Full::new(req.body.clone()))
                 .map_err(|e| Error::InvalidRequest(format!("{} {url}: {e}", req.method)))?;
 
-            let response =
-                self.inner
-                    .http
-                    .request(request)
-                    .await
-                    .map_err(|e| Error::Transport {
-                        url: url.clone(),
-                        source: Box::new(e),
-                    })?;
+            let started = tokio::time::Instant::now();
+            let response = self.inner.http.request(request).await;
+            if let Some(observer) = &self.inner.observer {
+                let code = response.as_ref().ok().map(|r| r.status().as_u16());
+                observer.observe(&req.method, &self.inner.host, code, started.elapsed());
+            }
+            let response = response.map_err(|e| Error::Transport {
+                url: url.clone(),
+                source: Box::new(e),
+            })?;
 
             let status = response.status();
             if status == StatusCode::UNAUTHORIZED && !reauthenticated {
