@@ -33,7 +33,10 @@ pub fn add_finalizer<K>(object: &mut K, name: &str) -> bool
 where
     K: Metadata<Ty = ObjectMeta>,
 {
-    let finalizers = object.metadata_mut().finalizers.get_or_insert_with(Vec::new);
+    let finalizers = object
+        .metadata_mut()
+        .finalizers
+        .get_or_insert_with(Vec::new);
     if finalizers.iter().any(|f| f == name) {
         return false;
     }
