@@ -298,7 +298,14 @@ fn first_difference(path: &str, a: &Value, b: &Value) -> Option<String> {
 /// lists is the same object; returns how many were compared.
 async fn same_as_json<K>(client: &Client, api: Api<Raw<K>>) -> usize
 where
-    K: k8s_openapi::Resource + DeserializeOwned + Serialize + PartialEq + Debug + 'static,
+    K: k8s_openapi::Resource
+        + DeserializeOwned
+        + Serialize
+        + PartialEq
+        + Debug
+        + Send
+        + Sync
+        + 'static,
     Raw<K>: WatchObject,
 {
     let what = format!("{}/{}", K::API_VERSION, K::KIND);

@@ -97,7 +97,7 @@ pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,
 };
-pub use raw::Raw;
+pub use raw::{MetaView, OwnerRefView, Raw};
 pub use watch::{
     Bookmark, BookmarkMeta, FrameDecoder, INITIAL_EVENTS_END, WatchEvent, WatchObject, WatchStream,
     decode_event, decode_protobuf_event,

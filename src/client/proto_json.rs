@@ -305,6 +305,8 @@ impl<'a> Writer<'a> {
                 self.value(msg, def, def.ty, field, inner)?;
                 if capture == Capture::Meta {
                     self.capture_meta(def.json, key_start, value_start);
+                } else if inner == Capture::Meta {
+                    self.fields.metadata = Some(value_start..self.out.len());
                 }
             }
             Card::Repeated => {

@@ -10,9 +10,10 @@
 //! bytes out of the network buffer, so the cache never pins the buffer it came in.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
-use std::marker::PhantomData;
 use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Serialize};
@@ -59,8 +60,10 @@ pub struct Raw<K> {
     namespace: Span,
     resource_version: Span,
     uid: Span,
+    metadata: Span,
     labels: Span,
-    _kind: PhantomData<fn() -> K>,
+    /// The typed form, decoded on the first [`Raw::typed`] and kept.
+    typed: OnceLock<Arc<K>>,
 }
 
 /// A range of `Raw::buf`, or nothing.
@@ -169,6 +172,7 @@ impl<K> Raw<K> {
         let namespace = b.string(fields.namespace.as_ref());
         let resource_version = b.string(fields.resource_version.as_ref());
         let uid = b.string(fields.uid.as_ref());
+        let metadata = fields.metadata.as_ref().map_or(Span::NONE, |m| b.range(m));
         let labels = fields.labels.as_ref().map_or(Span::NONE, |l| b.range(l));
         let buf = if escaped {
             b.buf.into_boxed_str()
@@ -182,8 +186,9 @@ impl<K> Raw<K> {
             namespace,
             resource_version,
             uid,
+            metadata,
             labels,
-            _kind: PhantomData,
+            typed: OnceLock::new(),
         })
     }
 
@@ -209,6 +214,7 @@ impl<K> Raw<K> {
         let namespace = b.string(fields.namespace.as_ref());
         let resource_version = b.string(fields.resource_version.as_ref());
         let uid = b.string(fields.uid.as_ref());
+        let metadata = fields.metadata.as_ref().map_or(Span::NONE, |m| b.range(m));
         let labels = fields.labels.as_ref().map_or(Span::NONE, |l| b.range(l));
         Ok(Raw {
             json_len: json.len() as u32,
@@ -216,9 +222,10 @@ impl<K> Raw<K> {
             namespace,
             resource_version,
             uid,
+            metadata,
             labels,
             buf: json.into_boxed_str(),
-            _kind: PhantomData,
+            typed: OnceLock::new(),
         })
     }
 
@@ -275,8 +282,76 @@ impl<K> Raw<K> {
         self.labels.get(&self.buf)
     }
 
-    /// Decodes the object into `K`. Each call decodes afresh; keep the result if you need it
-    /// twice.
+    /// `metadata` as JSON, when present.
+    pub fn metadata_json(&self) -> Option<&str> {
+        self.metadata.get(&self.buf)
+    }
+
+    /// The routing facts of the object's metadata (generation, owners, finalizers, deletion
+    /// timestamp, labels, annotations), read from the `metadata` member alone: the rest of
+    /// the object is not parsed.
+    ///
+    /// ```
+    /// use controller_runtime::client::Raw;
+    /// use k8s_openapi::api::apps::v1::Deployment;
+    ///
+    /// let raw: Raw<Deployment> = Raw::from_json(
+    ///     r#"{"metadata":{"name":"web","generation":4,"ownerReferences":[{"apiVersion":"cache.example.com/v1alpha1",
+    ///         "kind":"Memcached","name":"mc","uid":"u-1","controller":true}]},"spec":{"replicas":3}}"#,
+    /// )
+    /// .unwrap();
+    /// let meta = raw.meta().unwrap();
+    /// assert_eq!(meta.generation, Some(4));
+    /// assert_eq!(meta.controller().unwrap().name, "mc");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// If a routing field does not have its schema's type (a `generation` that is not a
+    /// number, say).
+    pub fn meta(&self) -> serde_json::Result<MetaView<'_>> {
+        match self.metadata_json() {
+            Some(json) => serde_json::from_str(json),
+            None => Ok(MetaView::default()),
+        }
+    }
+
+    /// The object in its type, decoded on the first call and kept: later calls return the
+    /// same `Arc` without decoding again, until the object changes (a changed object is a
+    /// new `Raw`). This is how a cache of `Raw<K>` serves typed reads.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use controller_runtime::client::Raw;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    ///
+    /// let raw: Raw<ConfigMap> = Raw::from_json(r#"{"metadata":{"name":"web"}}"#).unwrap();
+    /// let first = raw.typed().unwrap();
+    /// assert!(Arc::ptr_eq(&first, &raw.typed().unwrap()));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// If the JSON does not match `K`'s schema; nothing is kept then, and the next call tries
+    /// again.
+    pub fn typed(&self) -> serde_json::Result<Arc<K>>
+    where
+        K: DeserializeOwned,
+    {
+        if let Some(typed) = self.typed.get() {
+            return Ok(Arc::clone(typed));
+        }
+        let decoded = Arc::new(self.decode()?);
+        Ok(Arc::clone(self.typed.get_or_init(|| decoded)))
+    }
+
+    /// Whether [`typed`](Self::typed) has decoded and kept the typed form.
+    pub fn is_decoded(&self) -> bool {
+        self.typed.get().is_some()
+    }
+
+    /// Decodes the object into `K`. Each call decodes afresh; [`typed`](Self::typed) keeps
+    /// its result.
     ///
     /// # Errors
     ///
@@ -299,7 +374,7 @@ impl<K> Raw<K> {
     }
 }
 
-impl<K: 'static> informer::Object for Raw<K> {
+impl<K: Send + Sync + 'static> informer::Object for Raw<K> {
     fn name(&self) -> &str {
         self.name.get(&self.buf).unwrap_or("")
     }
@@ -330,6 +405,7 @@ impl<K> Clone for Raw<K> {
     fn clone(&self) -> Self {
         Raw {
             buf: self.buf.clone(),
+            typed: self.typed.clone(),
             ..*self
         }
     }
@@ -372,8 +448,79 @@ impl<'de, K> Deserialize<'de> for Raw<K> {
     }
 }
 
-// Keep the type as small as its fields promise: a boxed string, a length and five spans.
-const _: () = assert!(std::mem::size_of::<Raw<()>>() == 64);
+// Keep the type as small as its fields promise: a boxed string, a length, six spans and
+// the slot for the typed form.
+const _: () = assert!(std::mem::size_of::<Raw<()>>() == 88);
+
+/// The routing facts of an object's metadata, borrowed from its JSON where it can be: what
+/// a controller needs to route an event without decoding the object ([`Raw::meta`]).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct MetaView<'a> {
+    /// `metadata.generation`: bumped by the server on every change to the spec.
+    #[serde(default)]
+    pub generation: Option<i64>,
+    /// `metadata.deletionTimestamp`: set once the object is being deleted.
+    #[serde(default, borrow)]
+    pub deletion_timestamp: Option<Cow<'a, str>>,
+    /// `metadata.ownerReferences`.
+    #[serde(default, borrow)]
+    pub owner_references: Vec<OwnerRefView<'a>>,
+    /// `metadata.finalizers`.
+    #[serde(default)]
+    pub finalizers: Vec<String>,
+    /// `metadata.labels`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations`.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl MetaView<'_> {
+    /// The owner reference marked `controller: true`, if any.
+    pub fn controller(&self) -> Option<&OwnerRefView<'_>> {
+        self.owner_references
+            .iter()
+            .find(|o| o.controller == Some(true))
+    }
+
+    /// Whether the object is being deleted (it has a deletion timestamp).
+    pub fn is_deleting(&self) -> bool {
+        self.deletion_timestamp.is_some()
+    }
+}
+
+/// One owner reference, as [`MetaView`] reads it.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerRefView<'a> {
+    /// The owner's `apiVersion` (`group/version`, or `version` for the core group).
+    #[serde(borrow)]
+    pub api_version: Cow<'a, str>,
+    /// The owner's kind.
+    #[serde(borrow)]
+    pub kind: Cow<'a, str>,
+    /// The owner's name, in the object's own namespace.
+    #[serde(borrow)]
+    pub name: Cow<'a, str>,
+    /// The owner's uid.
+    #[serde(borrow)]
+    pub uid: Cow<'a, str>,
+    /// Whether this owner is the object's managing controller.
+    #[serde(default)]
+    pub controller: Option<bool>,
+}
+
+impl OwnerRefView<'_> {
+    /// The owner's API group (empty for the core group).
+    pub fn group(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map_or("", |(group, _)| group)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -83,6 +83,8 @@ pub(crate) struct ObjectFields {
     pub resource_version: Option<StrSpan>,
     /// `metadata.uid`.
     pub uid: Option<StrSpan>,
+    /// `metadata`, braces included, when it is an object.
+    pub metadata: Option<Range<usize>>,
     /// `metadata.labels`, braces included, when it is an object.
     pub labels: Option<Range<usize>>,
     /// The `"managedFields": [...]` member of `metadata`, from its key's opening quote to the
@@ -610,6 +612,7 @@ impl<'a> Scanner<'a> {
             if key != b"metadata" || s.peek() != Some(b'{') {
                 return s.value(2);
             }
+            let metadata = s.pos;
             s.members(2, |s, key| {
                 match key {
                     b"name" => fields.name = Some(s.string_value()?),
@@ -630,7 +633,9 @@ impl<'a> Scanner<'a> {
                     _ => s.value(3)?,
                 }
                 Ok(())
-            })
+            })?;
+            fields.metadata = Some(metadata..s.pos);
+            Ok(())
         })?;
         fields.object = start..self.pos;
         Ok(fields)
