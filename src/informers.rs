@@ -3,7 +3,10 @@
 //!
 //! Every part of a program that asks the factory for the informer of a kind gets the same
 //! [`SharedIndexInformer`]: one LIST and one WATCH per kind and namespace however many
-//! controllers look at it, and one cache they all read.
+//! controllers look at it, and one cache they all read. Informers are keyed by the kind's
+//! group, version and kind, not by Rust type: a kind is cached in one representation, and
+//! asking for it in another ([`Raw`](crate::client::Raw) after the typed form, say) is refused
+//! ([`FactoryError`]) rather than opening a second watch.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -32,7 +35,7 @@
 //! # }
 //! ```
 
-use std::any::{Any, TypeId};
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -127,13 +130,75 @@ impl<K: Object> Runnable for SharedIndexInformer<K> {
 struct Entry {
     /// The `Arc<SharedIndexInformer<K>>`, to hand out again.
     typed: Arc<dyn Any + Send + Sync>,
+    /// `K`'s name, for the error when another representation of the kind is asked for.
+    type_name: &'static str,
     runnable: Arc<dyn Runnable>,
     /// Set once started: turns true when that start's shutdown completes.
     stopping: Option<watch::Receiver<bool>>,
 }
 
-/// Which informer: the kind and the namespace it watches (`None`: all, or cluster-scoped).
-type InformerKey = (TypeId, Option<String>);
+/// Which informer: the kind, by group, version and kind, and the namespace it watches
+/// (`None`: all, or a cluster-scoped kind). Not the Rust type: `Deployment` and
+/// `Raw<Deployment>` are one kind, with one watch and one cache.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct InformerKey {
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    namespace: Option<String>,
+}
+
+impl InformerKey {
+    fn of<K: k8s_openapi::Resource>(namespace: Option<String>) -> Self {
+        InformerKey {
+            group: K::GROUP,
+            version: K::VERSION,
+            kind: K::KIND,
+            namespace,
+        }
+    }
+}
+
+impl fmt::Display for InformerKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.group {
+            "" => write!(f, "{}/{}", self.version, self.kind)?,
+            group => write!(f, "{group}/{}/{}", self.version, self.kind)?,
+        }
+        match &self.namespace {
+            Some(ns) => write!(f, " in namespace {ns}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Why the factory refused an informer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FactoryError {
+    /// The kind is already cached in another Rust type. One cache holds one representation
+    /// of a kind; ask for the same type everywhere (the runtime's cache always uses
+    /// [`Raw`](crate::client::Raw) and serves typed reads from it).
+    #[error(
+        "kind {kind} is already cached as {cached}, not {asked}: one cache holds one representation per kind"
+    )]
+    Representation {
+        /// The kind and scope, e.g. `apps/v1/Deployment in namespace web`.
+        kind: String,
+        /// The Rust type the factory caches it as.
+        cached: &'static str,
+        /// The Rust type asked for.
+        asked: &'static str,
+    },
+}
+
+/// Label and field selectors that narrow what the informers of one kind list and watch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selectors {
+    /// A label selector, e.g. `app=web,tier!=cache`.
+    pub labels: Option<String>,
+    /// A field selector, e.g. `status.phase=Running`.
+    pub fields: Option<String>,
+}
 
 /// Makes and runs shared informers: one per kind and namespace, however often it is asked
 /// (client-go's `SharedInformerFactory`). See the [module documentation](self).
@@ -142,6 +207,8 @@ pub struct InformerFactory {
     namespace: Option<String>,
     resync: Duration,
     watch_list: bool,
+    /// Selectors by (group, kind).
+    selectors: HashMap<(&'static str, &'static str), Selectors>,
     state: Mutex<FactoryState>,
     /// How many started informers have not returned yet.
     running: Arc<watch::Sender<usize>>,
@@ -170,6 +237,7 @@ impl InformerFactory {
             namespace: None,
             resync: Duration::ZERO,
             watch_list: true,
+            selectors: HashMap::new(),
             state: Mutex::default(),
             running: Arc::new(watch::Sender::new(0)),
         }
@@ -196,13 +264,46 @@ impl InformerFactory {
         self
     }
 
+    /// Informers of kind `K` made from now on list and watch only the objects `selectors`
+    /// match (controller-runtime's `ByObject` label and field selectors).
+    pub fn select<K: k8s_openapi::Resource>(self, selectors: Selectors) -> Self {
+        self.select_kind(K::GROUP, K::KIND, selectors)
+    }
+
+    /// As [`select`](Self::select), for the kind `group`/`kind` named at run time.
+    pub fn select_kind(
+        mut self,
+        group: &'static str,
+        kind: &'static str,
+        selectors: Selectors,
+    ) -> Self {
+        self.selectors.insert((group, kind), selectors);
+        self
+    }
+
     /// The shared informer for kind `K`: in the factory's namespace (or all namespaces) for
     /// a namespaced kind, cluster-wide for a cluster-scoped one. The first call makes it;
     /// later calls return the same informer.
     ///
     /// Register handlers, transforms and indexers on it before [`start`](Self::start) where
     /// they must be (see [`SharedIndexInformer`]).
+    ///
+    /// # Panics
+    ///
+    /// If the kind is already cached as another Rust type; see [`try_informer`](Self::try_informer).
     pub fn informer<K: FactoryResource>(&self) -> Arc<SharedIndexInformer<K>> {
+        self.try_informer().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`informer`](Self::informer), refusing rather than panicking.
+    ///
+    /// # Errors
+    ///
+    /// [`FactoryError::Representation`] if the kind (say `Raw<Deployment>`) is already cached
+    /// as another Rust type (`Deployment`): one kind has one watch and one cache.
+    pub fn try_informer<K: FactoryResource>(
+        &self,
+    ) -> Result<Arc<SharedIndexInformer<K>>, FactoryError> {
         let namespace = if K::Scope::NAMESPACED {
             self.namespace.clone()
         } else {
@@ -213,7 +314,27 @@ impl InformerFactory {
 
     /// The shared informer for namespaced kind `K` in `namespace`, whatever the factory's
     /// own namespace.
+    ///
+    /// # Panics
+    ///
+    /// As [`informer`](Self::informer).
     pub fn informer_in<K>(&self, namespace: &str) -> Arc<SharedIndexInformer<K>>
+    where
+        K: FactoryResource + k8s_openapi::Resource<Scope = NamespaceResourceScope>,
+    {
+        self.try_informer_in(namespace)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`informer_in`](Self::informer_in), refusing rather than panicking.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_informer`](Self::try_informer).
+    pub fn try_informer_in<K>(
+        &self,
+        namespace: &str,
+    ) -> Result<Arc<SharedIndexInformer<K>>, FactoryError>
     where
         K: FactoryResource + k8s_openapi::Resource<Scope = NamespaceResourceScope>,
     {
@@ -223,25 +344,38 @@ impl InformerFactory {
     fn get_or_make<K: FactoryResource>(
         &self,
         namespace: Option<String>,
-    ) -> Arc<SharedIndexInformer<K>> {
-        let key = (TypeId::of::<K>(), namespace);
+    ) -> Result<Arc<SharedIndexInformer<K>>, FactoryError> {
+        let key = InformerKey::of::<K>(namespace);
         let mut state = self.state.lock();
         if let Some(entry) = state.informers.get(&key) {
             return entry
                 .typed
                 .clone()
                 .downcast::<SharedIndexInformer<K>>()
-                .expect("entries are keyed by their type");
+                .map_err(|_| FactoryError::Representation {
+                    kind: key.to_string(),
+                    cached: entry.type_name,
+                    asked: std::any::type_name::<K>(),
+                });
         }
-        let namespace = key.1.as_deref();
+        let namespace = key.namespace.as_deref();
         let api = K::Scope::api::<K>(self.client.clone(), namespace);
         let resource = ApiResource::of::<K>();
         let name = match namespace {
             Some(ns) => format!("{}.{}/{ns}", resource.plural, resource.api_version),
             None => format!("{}.{}", resource.plural, resource.api_version),
         };
+        let mut lister_watcher = ApiListerWatcher::new(api);
+        if let Some(selectors) = self.selectors.get(&(K::GROUP, K::KIND)) {
+            if let Some(labels) = &selectors.labels {
+                lister_watcher = lister_watcher.labels(labels);
+            }
+            if let Some(fields) = &selectors.fields {
+                lister_watcher = lister_watcher.fields(fields);
+            }
+        }
         let informer = Arc::new(SharedIndexInformer::new(
-            ApiListerWatcher::new(api),
+            lister_watcher,
             InformerOptions {
                 resync_period: self.resync,
                 reflector: ReflectorOptions {
@@ -255,11 +389,12 @@ impl InformerFactory {
             key,
             Entry {
                 typed: informer.clone(),
+                type_name: std::any::type_name::<K>(),
                 runnable: informer.clone(),
                 stopping: None,
             },
         );
-        informer
+        Ok(informer)
     }
 
     /// Starts every informer made so far and not yet started, each on its own task, until
