@@ -207,8 +207,13 @@ fn parse_column(meta: &ParseNestedMeta<'_>) -> syn::Result<Column> {
             name = Some(string()?);
         } else if inner.path.is_ident("type") {
             let ty = string()?;
-            if !matches!(ty.as_str(), "integer" | "number" | "string" | "boolean" | "date") {
-                return Err(inner.error("a column's type is integer, number, string, boolean or date"));
+            if !matches!(
+                ty.as_str(),
+                "integer" | "number" | "string" | "boolean" | "date"
+            ) {
+                return Err(
+                    inner.error("a column's type is integer, number, string, boolean or date")
+                );
             }
             column_type = Some(ty);
         } else if inner.path.is_ident("json_path") {
@@ -247,7 +252,8 @@ fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
-        && b.iter().all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
@@ -261,7 +267,10 @@ fn pluralize(singular: &str) -> String {
         && !singular.ends_with("uy");
     if consonant_y {
         format!("{}ies", &singular[..singular.len() - 1])
-    } else if ["s", "x", "z", "ch", "sh"].iter().any(|end| singular.ends_with(end)) {
+    } else if ["s", "x", "z", "ch", "sh"]
+        .iter()
+        .any(|end| singular.ends_with(end))
+    {
         format!("{singular}es")
     } else {
         format!("{singular}s")
@@ -270,7 +279,10 @@ fn pluralize(singular: &str) -> String {
 
 fn required(slot: Option<LitStr>, what: &str) -> syn::Result<LitStr> {
     slot.ok_or_else(|| {
-        syn::Error::new(Span::call_site(), format!("#[resource(..)] needs {what} = \"..\""))
+        syn::Error::new(
+            Span::call_site(),
+            format!("#[resource(..)] needs {what} = \"..\""),
+        )
     })
 }
 
@@ -293,7 +305,8 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
             "a CRD's group is a lowercase DNS subdomain with at least one dot (cache.example.com)",
         ));
     }
-    let version_ok = is_dns_label(&version) && version.starts_with(|c: char| c.is_ascii_lowercase());
+    let version_ok =
+        is_dns_label(&version) && version.starts_with(|c: char| c.is_ascii_lowercase());
     if !version_ok {
         return Err(syn::Error::new(
             version_lit.span(),
@@ -301,10 +314,16 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
         ));
     }
     let kind_ident: Ident = syn::parse_str(&kind).map_err(|_| {
-        syn::Error::new(kind_lit.span(), "a kind is a Rust identifier in CamelCase (Memcached)")
+        syn::Error::new(
+            kind_lit.span(),
+            "a kind is a Rust identifier in CamelCase (Memcached)",
+        )
     })?;
     if !kind.starts_with(|c: char| c.is_ascii_uppercase()) {
-        return Err(syn::Error::new(kind_lit.span(), "a kind starts with an uppercase letter"));
+        return Err(syn::Error::new(
+            kind_lit.span(),
+            "a kind starts with an uppercase letter",
+        ));
     }
     let singular = match &attrs.singular {
         Some(lit) => lit.value(),
@@ -315,8 +334,19 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
         None => pluralize(&kind.to_ascii_lowercase()),
     };
     for (value, span, what) in [
-        (&singular, attrs.singular.as_ref().map_or(kind_lit.span(), LitStr::span), "singular"),
-        (&plural, attrs.plural.as_ref().map_or(kind_lit.span(), LitStr::span), "plural"),
+        (
+            &singular,
+            attrs
+                .singular
+                .as_ref()
+                .map_or(kind_lit.span(), LitStr::span),
+            "singular",
+        ),
+        (
+            &plural,
+            attrs.plural.as_ref().map_or(kind_lit.span(), LitStr::span),
+            "plural",
+        ),
     ] {
         if !is_dns_label(value) {
             return Err(syn::Error::new(
@@ -338,7 +368,8 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     let private = quote!(#crd::__private);
     let k8s = quote!(#private::k8s_openapi);
     let serde = quote!(#private::serde);
-    let serde_crate = format!("{}::runtime::crd::__private::serde", quote!(#krate)).replace(' ', "");
+    let serde_crate =
+        format!("{}::runtime::crd::__private::serde", quote!(#krate)).replace(' ', "");
     let object_meta = quote!(#k8s::apimachinery::pkg::apis::meta::v1::ObjectMeta);
 
     let vis = &input.vis;
@@ -356,7 +387,11 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     let doc = format!(
         "The `{kind}` custom resource ({api_version}, {scope}), generated from [`{spec}`] by \
          `#[derive(CustomResource)]`. Its CustomResourceDefinition is `{crd_name}`.",
-        scope = if attrs.namespaced { "namespaced" } else { "cluster-scoped" },
+        scope = if attrs.namespaced {
+            "namespaced"
+        } else {
+            "cluster-scoped"
+        },
     );
     let (status_field, status_new, status_ser, status_crd, field_count) = match &attrs.status {
         Some(status) => (
@@ -392,7 +427,14 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     let short_names = &attrs.short_names;
     let categories = &attrs.categories;
     let columns = attrs.columns.iter().map(|c| {
-        let Column { name, column_type, json_path, description, format, priority } = c;
+        let Column {
+            name,
+            column_type,
+            json_path,
+            description,
+            format,
+            priority,
+        } = c;
         let description = option_str(description.as_deref());
         let format = option_str(format.as_deref());
         quote! {
@@ -541,23 +583,55 @@ mod tests {
 
     fn expand_str(source: &str) -> Result<String, String> {
         let input: DeriveInput = syn::parse_str(source).unwrap();
-        expand(&input).map(|t| t.to_string()).map_err(|e| e.to_string())
+        expand(&input)
+            .map(|t| t.to_string())
+            .map_err(|e| e.to_string())
     }
 
     #[test]
     fn bad_attributes_are_compile_errors_that_say_what_is_wrong() {
         let cases = [
-            (r#"#[resource(version = "v1", kind = "A")] struct S;"#, "needs group"),
-            (r#"#[resource(group = "example", version = "v1", kind = "A")] struct S;"#, "at least one dot"),
-            (r#"#[resource(group = "a.b", version = "V1", kind = "A")] struct S;"#, "lowercase DNS label"),
-            (r#"#[resource(group = "a.b", version = "v1", kind = "lower")] struct S;"#, "uppercase"),
-            (r#"#[resource(group = "a.b", version = "v1", kind = "A", scope = "x")] struct S;"#, "unknown attribute"),
-            (r#"#[resource(group = "a.b", version = "v1", kind = "A", printcolumn(name = "X", type = "int", json_path = ".a"))] struct S;"#, "integer, number"),
-            (r#"#[resource(group = "a.b", version = "v1", kind = "A", printcolumn(name = "X", type = "string"))] struct S;"#, "needs json_path"),
-            (r#"#[resource(group = "a.b", version = "v1", kind = "A", shortname = "X")] struct S;"#, "DNS label"),
-            (r#"#[resource(group = "a.b", group = "c.d", version = "v1", kind = "A")] struct S;"#, "given twice"),
+            (
+                r#"#[resource(version = "v1", kind = "A")] struct S;"#,
+                "needs group",
+            ),
+            (
+                r#"#[resource(group = "example", version = "v1", kind = "A")] struct S;"#,
+                "at least one dot",
+            ),
+            (
+                r#"#[resource(group = "a.b", version = "V1", kind = "A")] struct S;"#,
+                "lowercase DNS label",
+            ),
+            (
+                r#"#[resource(group = "a.b", version = "v1", kind = "lower")] struct S;"#,
+                "uppercase",
+            ),
+            (
+                r#"#[resource(group = "a.b", version = "v1", kind = "A", scope = "x")] struct S;"#,
+                "unknown attribute",
+            ),
+            (
+                r#"#[resource(group = "a.b", version = "v1", kind = "A", printcolumn(name = "X", type = "int", json_path = ".a"))] struct S;"#,
+                "integer, number",
+            ),
+            (
+                r#"#[resource(group = "a.b", version = "v1", kind = "A", printcolumn(name = "X", type = "string"))] struct S;"#,
+                "needs json_path",
+            ),
+            (
+                r#"#[resource(group = "a.b", version = "v1", kind = "A", shortname = "X")] struct S;"#,
+                "DNS label",
+            ),
+            (
+                r#"#[resource(group = "a.b", group = "c.d", version = "v1", kind = "A")] struct S;"#,
+                "given twice",
+            ),
             (r#"struct S;"#, "needs #[resource"),
-            (r#"#[resource(group = "a.b", version = "v1", kind = "A")] struct S<T>(T);"#, "generic"),
+            (
+                r#"#[resource(group = "a.b", version = "v1", kind = "A")] struct S<T>(T);"#,
+                "generic",
+            ),
         ];
         for (source, expected) in cases {
             let err = expand_str(source).expect_err(source);
@@ -572,9 +646,18 @@ mod tests {
                           crate = "crate")] pub struct PolicySpec;"#,
         )
         .unwrap();
-        assert!(out.contains(r#"URL_PATH_SEGMENT : & 'static str = "policies""#), "{out}");
-        assert!(out.contains(r#"LIST_KIND : & 'static str = "PolicyList""#), "{out}");
+        assert!(
+            out.contains(r#"URL_PATH_SEGMENT : & 'static str = "policies""#),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"LIST_KIND : & 'static str = "PolicyList""#),
+            "{out}"
+        );
         assert!(out.contains("NamespaceResourceScope"), "{out}");
-        assert!(out.contains(r#"serde (crate = "crate::runtime::crd::__private::serde")"#), "{out}");
+        assert!(
+            out.contains(r#"serde (crate = "crate::runtime::crd::__private::serde")"#),
+            "{out}"
+        );
     }
 }

@@ -272,7 +272,12 @@ impl KindInfo {
                     short_names: strings(self.short_names),
                     categories: strings(self.categories),
                 },
-                scope: if self.namespaced { "Namespaced" } else { "Cluster" }.to_owned(),
+                scope: if self.namespaced {
+                    "Namespaced"
+                } else {
+                    "Cluster"
+                }
+                .to_owned(),
                 versions: vec![CustomResourceDefinitionVersion {
                     name: self.version.to_owned(),
                     served: true,
@@ -298,11 +303,34 @@ impl KindInfo {
 
 /// The CRD as YAML, as `controller-gen` writes them to `config/crd/bases/`: one document
 /// starting with `---`, keys in a fixed order, so the same types always give the same bytes.
+/// Bounds that are whole numbers print as integers (`maximum: 5`, not `5.0`).
 pub fn to_yaml(crd: &CustomResourceDefinition) -> String {
-    // A CRD holds strings, numbers, booleans, sequences, maps with string keys and JSON values
-    // (defaults, enums) that came from JSON: every one of them has a YAML form.
-    let body = serde_saphyr::to_string(crd).expect("a CustomResourceDefinition has a YAML form");
+    // A CRD holds strings, numbers, booleans, sequences and maps with string keys: each has a
+    // JSON form and a YAML form.
+    let mut value = serde_json::to_value(crd).expect("a CustomResourceDefinition is JSON");
+    whole_numbers_as_integers(&mut value);
+    let body = serde_saphyr::to_string(&value).expect("JSON has a YAML form");
     format!("---\n{body}")
+}
+
+/// Rewrites every float with no fractional part (JSONSchemaProps keeps bounds as `f64`) as an
+/// integer.
+fn whole_numbers_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|_| n.is_f64())
+                && f.fract() == 0.0
+                && f.abs() < 9.0e15
+            {
+                #[allow(clippy::cast_possible_truncation)] // whole and well within i64
+                let whole = f as i64;
+                *value = Value::from(whole);
+            }
+        }
+        Value::Array(values) => values.iter_mut().for_each(whole_numbers_as_integers),
+        Value::Object(map) => map.values_mut().for_each(whole_numbers_as_integers),
+        _ => {}
+    }
 }
 
 /// Whether the API server reports the CRD `Established`: it serves the kind, and objects of
@@ -544,7 +572,11 @@ impl Rewriter<'_> {
                     }
                 }
                 "exclusiveMinimum" | "exclusiveMaximum" => {
-                    let bound = if key == "exclusiveMinimum" { "minimum" } else { "maximum" };
+                    let bound = if key == "exclusiveMinimum" {
+                        "minimum"
+                    } else {
+                        "maximum"
+                    };
                     match value {
                         Value::Number(_) => {
                             out.insert(bound.to_owned(), value.clone());
@@ -560,7 +592,9 @@ impl Rewriter<'_> {
                     if let Value::Object(properties) = value {
                         let properties = properties
                             .iter()
-                            .map(|(name, schema)| (name.clone(), Value::Object(self.rewrite(schema))))
+                            .map(|(name, schema)| {
+                                (name.clone(), Value::Object(self.rewrite(schema)))
+                            })
                             .collect();
                         out.insert(key.clone(), Value::Object(properties));
                     }
@@ -642,7 +676,11 @@ impl Rewriter<'_> {
             RAW_EXTENSION => return any_object(),
             _ => {}
         }
-        let definition = if name == "#" { Some(self.root) } else { self.defs.get(&name) };
+        let definition = if name == "#" {
+            Some(self.root)
+        } else {
+            self.defs.get(&name)
+        };
         let Some(definition) = definition else {
             return Object::new();
         };
@@ -692,10 +730,9 @@ impl Rewriter<'_> {
         }
 
         let is_type = |b: &Object, ty: &str| b.get("type").and_then(Value::as_str) == Some(ty);
-        if branches
-            .iter()
-            .all(|b| is_type(b, "string") && b.contains_key("enum") && !b.contains_key("properties"))
-        {
+        if branches.iter().all(|b| {
+            is_type(b, "string") && b.contains_key("enum") && !b.contains_key("properties")
+        }) {
             // An enum of unit variants, some documented: one string enum.
             let mut values = Vec::new();
             for branch in &branches {
@@ -823,7 +860,8 @@ fn hoist(out: &mut Object, junction: &str, branches: Vec<Object>) {
         {
             // An externally tagged variant: its doc comment describes its one property.
             if let Some(Value::Object(only)) = theirs.values_mut().next() {
-                only.entry("description").or_insert(Value::String(description));
+                only.entry("description")
+                    .or_insert(Value::String(description));
             }
         }
         if let Some(Value::Object(theirs)) = branch.remove("properties") {
@@ -1077,7 +1115,10 @@ mod tests {
             .filter_map(Value::as_str)
             .collect();
         assert!(required.contains(&"size"));
-        assert!(!required.contains(&"containerPort"), "a defaulted field is optional");
+        assert!(
+            !required.contains(&"containerPort"),
+            "a defaulted field is optional"
+        );
         assert!(!required.contains(&"image"));
         assert!(!required.contains(&"conditions"));
     }
@@ -1187,10 +1228,16 @@ mod tests {
             "the recursion is cut"
         );
         assert_eq!(p["pair"]["items"], json!({PRESERVE: true}));
-        assert_eq!(p["same"]["items"], json!({"type": "integer", "format": "int32"}));
+        assert_eq!(
+            p["same"]["items"],
+            json!({"type": "integer", "format": "int32"})
+        );
 
         let root = value::<Node>();
-        assert_eq!(root["properties"]["next"], json!({PRESERVE: true, "nullable": true}));
+        assert_eq!(
+            root["properties"]["next"],
+            json!({PRESERVE: true, "nullable": true})
+        );
     }
 
     #[test]
@@ -1238,8 +1285,14 @@ mod tests {
 
     #[test]
     fn crd_carries_names_scope_columns_and_the_status_subresource() {
-        let crd = MC.crd(structural_schema::<Small>(), Some(structural_schema::<Inner>()));
-        assert_eq!(crd.metadata.name.as_deref(), Some("memcacheds.cache.example.com"));
+        let crd = MC.crd(
+            structural_schema::<Small>(),
+            Some(structural_schema::<Inner>()),
+        );
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("memcacheds.cache.example.com")
+        );
         let spec = &crd.spec;
         assert_eq!(spec.group, "cache.example.com");
         assert_eq!(spec.scope, "Namespaced");
@@ -1263,7 +1316,13 @@ mod tests {
         assert_eq!(columns[1].priority, Some(1));
         assert_eq!(columns[1].description.as_deref(), Some("The image run"));
 
-        let root = version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+        let root = version
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
         let properties = root.properties.as_ref().unwrap();
         assert_eq!(
             properties.keys().collect::<Vec<_>>(),
@@ -1276,16 +1335,36 @@ mod tests {
         let without_status = MC.crd(structural_schema::<Small>(), None);
         let version = &without_status.spec.versions[0];
         assert!(version.subresources.is_none());
-        let root = version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+        let root = version
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
         assert!(!root.properties.as_ref().unwrap().contains_key("status"));
     }
 
     #[test]
     fn yaml_is_deterministic_and_reads_back() {
-        let crd = || MC.crd(structural_schema::<Small>(), Some(structural_schema::<Inner>()));
+        let crd = || {
+            MC.crd(
+                structural_schema::<Small>(),
+                Some(structural_schema::<Inner>()),
+            )
+        };
         let yaml = to_yaml(&crd());
         assert_eq!(yaml, to_yaml(&crd()));
-        assert!(yaml.starts_with("---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"), "{yaml}");
+        assert!(
+            yaml.contains(" maximum: 10\n") && !yaml.contains(".0\n"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.starts_with(
+                "---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"
+            ),
+            "{yaml}"
+        );
         let back: CustomResourceDefinition = serde_saphyr::from_str(&yaml).unwrap();
         assert_eq!(back, crd());
     }
