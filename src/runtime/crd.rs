@@ -981,6 +981,8 @@ mod tests {
     use super::*;
     use std::collections::{BTreeMap, BTreeSet};
 
+    use k8s_openapi::Resource as _;
+
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use serde::Deserialize;
@@ -1367,6 +1369,112 @@ mod tests {
         );
         let back: CustomResourceDefinition = serde_saphyr::from_str(&yaml).unwrap();
         assert_eq!(back, crd());
+    }
+
+    /// A cluster-scoped kind with no status, derived inside this crate.
+    #[derive(
+        CustomResource, Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema,
+    )]
+    #[resource(
+        group = "unit.example.com",
+        version = "v1beta1",
+        kind = "Policy",
+        category = "all",
+        derive = "PartialEq",
+        crate = "crate"
+    )]
+    pub struct PolicySpec {
+        /// Rules.
+        pub rules: Vec<String>,
+    }
+
+    /// A namespaced kind with a status.
+    #[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema)]
+    #[resource(
+        group = "unit.example.com",
+        version = "v1",
+        kind = "Thing",
+        namespaced,
+        status = "ThingStatus",
+        plural = "thingies",
+        singular = "thingy",
+        crate = "crate"
+    )]
+    pub struct ThingSpec {
+        /// Size.
+        pub size: i32,
+    }
+
+    /// Thing status.
+    #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+    pub struct ThingStatus {
+        /// Ready.
+        pub ready: bool,
+    }
+
+    fn cacheable<K: informer::Object + crate::client::WatchObject>() {}
+
+    #[test]
+    fn derived_kinds_implement_what_the_client_and_informers_need() {
+        use k8s_openapi::{ClusterResourceScope, ListableResource, NamespaceResourceScope};
+        cacheable::<Thing>();
+        cacheable::<crate::client::Raw<Thing>>();
+        cacheable::<Policy>();
+
+        assert_eq!(Thing::API_VERSION, "unit.example.com/v1");
+        assert_eq!(Thing::URL_PATH_SEGMENT, "thingies");
+        assert_eq!(Thing::LIST_KIND, "ThingList");
+        let same = |a: std::any::TypeId, b: std::any::TypeId| a == b;
+        assert!(same(
+            std::any::TypeId::of::<<Thing as k8s_openapi::Resource>::Scope>(),
+            std::any::TypeId::of::<NamespaceResourceScope>()
+        ));
+        assert!(same(
+            std::any::TypeId::of::<<Policy as k8s_openapi::Resource>::Scope>(),
+            std::any::TypeId::of::<ClusterResourceScope>()
+        ));
+        assert_eq!(Policy::URL_PATH_SEGMENT, "policies");
+        assert_eq!(Thing::INFO.crd_name(), "thingies.unit.example.com");
+
+        let crd = Thing::crd();
+        assert_eq!(crd.spec.names.singular.as_deref(), Some("thingy"));
+        assert_eq!(crd.spec.scope, "Namespaced");
+        let crd = Policy::crd();
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.names.categories, Some(vec!["all".to_owned()]));
+        assert!(crd.spec.versions[0].subresources.is_none());
+    }
+
+    #[test]
+    fn derived_kinds_write_their_type_and_leave_out_an_absent_status() {
+        let mut thing = Thing::new("t", ThingSpec { size: 2 });
+        assert_eq!(thing.metadata.name.as_deref(), Some("t"));
+        assert_eq!(
+            serde_json::to_value(&thing).unwrap(),
+            json!({"apiVersion": "unit.example.com/v1", "kind": "Thing",
+                   "metadata": {"name": "t"}, "spec": {"size": 2}})
+        );
+        thing.status = Some(ThingStatus { ready: true });
+        let json = serde_json::to_string(&thing).unwrap();
+        assert!(json.starts_with(r#"{"apiVersion":"unit.example.com/v1","kind":"Thing","#));
+        assert!(json.ends_with(r#""status":{"ready":true}}"#), "{json}");
+
+        let read: Thing = serde_json::from_str(
+            r#"{"apiVersion": "other/v9", "kind": "Other", "spec": {"size": 5}, "extra": 1}"#,
+        )
+        .unwrap();
+        assert_eq!(read.spec.size, 5);
+        assert!(read.status.is_none());
+        assert_eq!(read.metadata, ObjectMeta::default());
+        assert!(
+            serde_json::from_str::<Thing>(r#"{"metadata": {}}"#).is_err(),
+            "spec is required"
+        );
+
+        let policy = Policy::new("p", PolicySpec::default());
+        let back: Policy = serde_json::from_value(serde_json::to_value(&policy).unwrap()).unwrap();
+        assert_eq!(back, policy);
+        assert_eq!(CustomResource::spec(&back), &PolicySpec::default());
     }
 
     #[test]
