@@ -1033,6 +1033,11 @@ mod tests {
         port: Option<IntOrString>,
         #[serde(default)]
         conditions: Vec<Condition>,
+        /// A note: with a colon, a # hash and "quotes".
+        ///
+        /// - A second paragraph, as a list.
+        #[serde(default)]
+        note: String,
     }
 
     /// How to run.
@@ -1369,6 +1374,21 @@ mod tests {
         );
         let back: CustomResourceDefinition = serde_saphyr::from_str(&yaml).unwrap();
         assert_eq!(back, crd());
+        let schema = &back.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema;
+        let note = &schema.as_ref().unwrap().properties.as_ref().unwrap()["spec"]
+            .properties
+            .as_ref()
+            .unwrap()["note"];
+        assert_eq!(
+            note.description.as_deref(),
+            Some(
+                "A note: with a colon, a # hash and \"quotes\".\n\n- A second paragraph, as a list."
+            )
+        );
     }
 
     /// A cluster-scoped kind with no status, derived inside this crate.
