@@ -44,4 +44,5 @@ pub mod informers;
 pub mod runtime;
 
 pub use informer;
+pub use runtime::crd::CustomResource;
 pub use workqueue;
