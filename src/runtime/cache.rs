@@ -1,1 +1,575 @@
-//! The manager's cache: one informer per kind and scope, read back as typed objects.
+//! The manager's cache: one informer per kind and scope, holding each object once as
+//! [`Raw`] JSON, read back as typed `Arc<K>`s through a [`Store`].
+//!
+//! # One representation per kind
+//!
+//! Every kind is cached as [`Raw<K>`]: the object's JSON, validated, with its key fields and
+//! its `metadata` located. That holds about half of client-go's bytes per object. A
+//! reconciler reads typed objects through a [`Store<K>`]: the first read of an object decodes
+//! it and keeps the `Arc<K>` beside the JSON ([`Raw::typed`]); every later read of the same,
+//! unchanged object returns that `Arc` without decoding. A changed object arrives as a new
+//! `Raw` and is decoded again on its first read. Routing facts (owners, generation, labels,
+//! annotations, finalizers, deletion) are read from the metadata alone ([`Raw::meta`]), so
+//! mapping an event to a queue key never decodes the object.
+//!
+//! By default the cache drops `metadata.managedFields` from every object it receives (it
+//! is often most of an object's bytes and controllers do not read it); objects written to
+//! the API server are unaffected.
+//!
+//! # Reads are from the cache; writes go to the server
+//!
+//! A read returns what the watch last delivered, which may be older than a write this
+//! process just made: after `replace` returns resourceVersion 12, the cache may still hold
+//! 11 for a few milliseconds. Two things help:
+//!
+//! * a write returns the object the server stored; use it (and its resourceVersion) rather
+//!   than re-reading the cache;
+//! * a write from a stale read fails with 409 Conflict (the server checks the
+//!   resourceVersion); return the error to be retried with backoff, or wrap the
+//!   read-modify-write in [`retry_on_conflict`](super::ops::retry_on_conflict), re-reading
+//!   from the API server.
+//!
+//! A reconcile that returns without writing converges anyway: the watch event of its write
+//! queues the object again, and that reconcile reads the newer state.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use informer::{
+    IndexError, IndexFunc, IndexValues, Indexers, InformerError, Lister, SelectorError,
+    SharedIndexInformer,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use crate::client::{Client, Raw};
+use crate::informers::{FactoryError, InformerFactory, InformerScope, Selectors};
+
+/// Why a cache read or the cache's start failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// A cached object does not decode into its Rust type.
+    #[error("cached {kind} {key} does not decode: {source}")]
+    Decode {
+        /// The kind, e.g. `apps/v1/Deployment`.
+        kind: String,
+        /// The object's `namespace/name`.
+        key: String,
+        /// serde's complaint, with its position.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An informer did not sync within the timeout.
+    #[error("timed out after {after:?} waiting for the cache of {informer} to sync{}", last_error.as_ref().map(|e| format!(": last error: {e}")).unwrap_or_default())]
+    SyncTimeout {
+        /// The informer, e.g. `deployments.apps/v1` (and its namespace).
+        informer: String,
+        /// The timeout.
+        after: Duration,
+        /// The last list or watch error it met, e.g. a 403 from RBAC.
+        last_error: Option<String>,
+    },
+    /// The cache stopped before it synced.
+    #[error("the cache stopped before {informer} synced")]
+    Stopped {
+        /// The informer that had not synced.
+        informer: String,
+    },
+    /// The kind is already cached as another Rust type.
+    #[error(transparent)]
+    Factory(#[from] FactoryError),
+    /// An index is unknown.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    /// An index could not be added: its name is taken, or the informer stopped.
+    #[error(transparent)]
+    Informer(#[from] InformerError),
+    /// A label selector is not valid.
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+}
+
+/// What the cache holds, and where.
+#[derive(Clone, Debug)]
+pub struct CacheOptions {
+    /// The namespaces whose namespaced objects are cached; empty (the default) caches every
+    /// namespace with one watch per kind. Cluster-scoped kinds are always cached whole.
+    pub namespaces: Vec<String>,
+    /// Drop `metadata.managedFields` from cached objects. Default true.
+    pub strip_managed_fields: bool,
+    /// How often every handler is told about every cached object again; zero (the default)
+    /// never. controller-runtime's `SyncPeriod`.
+    pub resync: Duration,
+    /// How long [`Cache::wait_for_sync`] waits for each informer. Default 2 minutes, as
+    /// controller-runtime's `CacheSyncTimeout`.
+    pub sync_timeout: Duration,
+    /// Per-kind label and field selectors, by (group, kind); set with
+    /// [`select`](Self::select).
+    pub selectors: HashMap<(&'static str, &'static str), Selectors>,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        CacheOptions {
+            namespaces: Vec::new(),
+            strip_managed_fields: true,
+            resync: Duration::ZERO,
+            sync_timeout: Duration::from_secs(120),
+            selectors: HashMap::new(),
+        }
+    }
+}
+
+impl CacheOptions {
+    /// Caches only the objects of kind `K` that `selectors` match (controller-runtime's
+    /// `ByObject`). A read of an object outside the selection finds nothing.
+    pub fn select<K: k8s_openapi::Resource>(mut self, selectors: Selectors) -> Self {
+        self.selectors.insert((K::GROUP, K::KIND), selectors);
+        self
+    }
+}
+
+/// What a kind needs to be cached and read typed: a resource the client can list and watch,
+/// that decodes from JSON.
+pub trait CachedKind:
+    k8s_openapi::Resource<Scope: InformerScope> + DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K> CachedKind for K where
+    K: k8s_openapi::Resource<Scope: InformerScope> + DeserializeOwned + Send + Sync + 'static
+{
+}
+
+/// The shared cache: one informer per kind and namespace, made on first use, started by the
+/// manager (or by [`start`](Self::start)). Cheap to clone.
+#[derive(Clone)]
+pub struct Cache {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// One factory, for all namespaces or for each cached namespace.
+    factories: Vec<InformerFactory>,
+    options: CacheOptions,
+    /// The informers made so far, for waiting and naming, with their last error.
+    informers: Mutex<Vec<Tracked>>,
+    /// Set once started: the shutdown later informers start with.
+    started: Mutex<Option<watch::Receiver<bool>>>,
+}
+
+/// An informer the cache watches over.
+struct Tracked {
+    name: String,
+    synced: Box<dyn Fn() -> bool + Send + Sync>,
+    wait: Arc<dyn Fn() -> BoxFuture + Send + Sync>,
+    last_error: Arc<Mutex<Option<String>>>,
+}
+
+type BoxFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl fmt::Debug for Cache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cache")
+            .field("namespaces", &self.inner.options.namespaces)
+            .field("informers", &self.inner.informers.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cache {
+    /// A cache over `client` with `options`; nothing is listed until it starts.
+    pub fn new(client: Client, options: CacheOptions) -> Self {
+        let factory = |namespace: Option<&str>| {
+            let mut factory = InformerFactory::new(client.clone()).resync(options.resync);
+            if let Some(ns) = namespace {
+                factory = factory.namespace(ns);
+            }
+            for ((group, kind), selectors) in &options.selectors {
+                factory = factory.select_kind(group, kind, selectors.clone());
+            }
+            factory
+        };
+        let factories = if options.namespaces.is_empty() {
+            vec![factory(None)]
+        } else {
+            options
+                .namespaces
+                .iter()
+                .map(|ns| factory(Some(ns)))
+                .collect()
+        };
+        Cache {
+            inner: Arc::new(Inner {
+                factories,
+                options,
+                informers: Mutex::new(Vec::new()),
+                started: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The typed store of kind `K`, making its informers on first use. Made after the cache
+    /// started, they start at once; [`Store::wait_synced`] waits for them.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::Factory`] if the kind is already cached as another Rust type through
+    /// the same factory.
+    pub fn store<K: CachedKind>(&self) -> Result<Store<K>, CacheError> {
+        let namespaced = K::Scope::NAMESPACED;
+        let factories: &[InformerFactory] = if namespaced {
+            &self.inner.factories
+        } else {
+            &self.inner.factories[..1]
+        };
+        let mut parts = Vec::with_capacity(factories.len());
+        let mut made = false;
+        for factory in factories {
+            let informer = factory.try_informer::<Raw<K>>()?;
+            if !informer.is_started() && self.track(&informer) {
+                made = true;
+            }
+            let namespace = namespaced
+                .then(|| self.inner.options.namespaces.get(parts.len()).cloned())
+                .flatten();
+            parts.push(Part {
+                namespace,
+                informer,
+            });
+        }
+        if made && let Some(stopping) = self.inner.started.lock().clone() {
+            self.start_factories(stopping);
+        }
+        Ok(Store {
+            parts: parts.into(),
+        })
+    }
+
+    /// Registers a new informer for waiting and error reporting, and sets its transform.
+    /// False if it was tracked already.
+    fn track<K: CachedKind>(&self, informer: &Arc<SharedIndexInformer<Raw<K>>>) -> bool {
+        let mut informers = self.inner.informers.lock();
+        let name = informer.name().to_owned();
+        if informers.iter().any(|t| t.name == name) {
+            return false;
+        }
+        if self.inner.options.strip_managed_fields {
+            // Refused only once started, which an untracked informer is not.
+            let _ = informer.set_transform(Raw::strip_managed_fields);
+        }
+        let last_error = Arc::new(Mutex::new(None));
+        let errors = last_error.clone();
+        let _ = informer.set_watch_error_handler(move |e| *errors.lock() = Some(e.to_string()));
+        let (synced, waited) = (informer.clone(), informer.clone());
+        informers.push(Tracked {
+            name,
+            synced: Box::new(move || synced.has_synced()),
+            wait: Arc::new(move || {
+                let informer = waited.clone();
+                Box::pin(async move { informer.wait_synced().await })
+            }),
+            last_error,
+        });
+        true
+    }
+
+    fn start_factories(&self, stopping: watch::Receiver<bool>) {
+        for factory in &self.inner.factories {
+            let mut stopping = stopping.clone();
+            factory.start(async move {
+                let _ = stopping.wait_for(|stop| *stop).await;
+            });
+        }
+    }
+
+    /// Starts every informer made so far, and every one made later, until `shutdown`
+    /// completes. Call it once; the manager does.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start(&self, shutdown: impl Future<Output = ()> + Send + 'static) {
+        let (stop, stopping) = watch::channel(false);
+        *self.inner.started.lock() = Some(stopping.clone());
+        self.start_factories(stopping);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        });
+    }
+
+    /// Whether every informer made so far has synced.
+    pub fn has_synced(&self) -> bool {
+        self.inner.informers.lock().iter().all(|t| (t.synced)())
+    }
+
+    /// Waits until every informer made so far has synced, each within the configured
+    /// `sync_timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::SyncTimeout`] naming the first informer that did not sync in time and
+    /// the last error it met (a 403 from RBAC, a 404 for a CRD not installed).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub async fn wait_for_sync(&self) -> Result<(), CacheError> {
+        let timeout = self.inner.options.sync_timeout;
+        let pending: Vec<_> = self
+            .inner
+            .informers
+            .lock()
+            .iter()
+            .filter(|t| !(t.synced)())
+            .map(|t| (t.name.clone(), t.wait.clone(), t.last_error.clone()))
+            .collect();
+        for (name, wait, last_error) in pending {
+            if tokio::time::timeout(timeout, wait()).await.is_err() {
+                return Err(CacheError::SyncTimeout {
+                    informer: name,
+                    after: timeout,
+                    last_error: last_error.lock().clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One informer behind a store: all namespaces, or one.
+struct Part<K> {
+    /// The namespace it caches, when the cache is limited to namespaces.
+    namespace: Option<String>,
+    informer: Arc<SharedIndexInformer<Raw<K>>>,
+}
+
+/// Typed reads of one kind from the cache: `Arc<K>`s decoded once per object version.
+///
+/// Obtained from [`Cache::store`] (or the manager's `store`). Cheap to clone.
+///
+/// ```no_run
+/// # use controller_runtime::runtime::cache::{Cache, CacheError};
+/// use k8s_openapi::api::apps::v1::Deployment;
+/// # fn run(cache: &Cache) -> Result<(), CacheError> {
+/// let deployments = cache.store::<Deployment>()?;
+/// if let Some(web) = deployments.get("prod", "web")? {
+///     println!("{:?}", web.spec.as_ref().and_then(|s| s.replicas));
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct Store<K> {
+    parts: Arc<[Part<K>]>,
+}
+
+impl<K> Clone for Store<K> {
+    fn clone(&self) -> Self {
+        Store {
+            parts: self.parts.clone(),
+        }
+    }
+}
+
+impl<K: Send + Sync + 'static> fmt::Debug for Store<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("kind", &std::any::type_name::<K>())
+            .field(
+                "informers",
+                &self
+                    .parts
+                    .iter()
+                    .map(|p| p.informer.name())
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl<K: CachedKind> Store<K> {
+    /// The object `namespace/name` (`name` alone, with `namespace` empty, for a
+    /// cluster-scoped kind).
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::Decode`] if the cached object does not decode into `K`.
+    pub fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<K>>, CacheError> {
+        self.raw(namespace, name).map(|raw| typed(&raw)).transpose()
+    }
+
+    /// The object under `key` (`namespace/name` or `name`).
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get).
+    pub fn get_key(&self, key: &str) -> Result<Option<Arc<K>>, CacheError> {
+        let (namespace, name) = informer::split_key(key).unwrap_or(("", key));
+        self.get(namespace, name)
+    }
+
+    /// The cached JSON of `namespace/name`, for reading routing facts without a decode.
+    pub fn raw(&self, namespace: &str, name: &str) -> Option<Arc<Raw<K>>> {
+        let part = self.part_for(namespace)?;
+        let lister = part.informer.lister();
+        if namespace.is_empty() {
+            lister.get(name)
+        } else {
+            lister.namespaced(namespace).get(name)
+        }
+    }
+
+    /// Every cached object.
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get), for the first object that does not decode.
+    pub fn list(&self) -> Result<Vec<Arc<K>>, CacheError> {
+        let mut out = Vec::new();
+        for part in self.parts.iter() {
+            for raw in part.informer.lister().list() {
+                out.push(typed(&raw)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The cached objects in `namespace`.
+    ///
+    /// # Errors
+    ///
+    /// As [`list`](Self::list).
+    pub fn list_in(&self, namespace: &str) -> Result<Vec<Arc<K>>, CacheError> {
+        let Some(part) = self.part_for(namespace) else {
+            return Ok(Vec::new());
+        };
+        part.informer
+            .lister()
+            .namespaced(namespace)
+            .list()
+            .iter()
+            .map(typed)
+            .collect()
+    }
+
+    /// The cached objects whose labels match `selector`, in `namespace` or (with `None`)
+    /// everywhere.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::Selector`] for an invalid selector; otherwise as [`list`](Self::list).
+    pub fn select(
+        &self,
+        namespace: Option<&str>,
+        selector: &LabelSelector,
+    ) -> Result<Vec<Arc<K>>, CacheError> {
+        let mut out = Vec::new();
+        for part in self.parts.iter() {
+            let lister = part.informer.lister();
+            let found = match namespace {
+                Some(ns) if part.covers(ns) => lister.namespaced(ns).select(selector)?,
+                Some(_) => continue,
+                None => lister.select(selector)?,
+            };
+            for raw in found {
+                out.push(typed(&raw)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The cached objects whose index `index` holds `value`.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::Index`] if there is no such index; otherwise as [`list`](Self::list).
+    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<K>>, CacheError> {
+        let mut out = Vec::new();
+        for part in self.parts.iter() {
+            for raw in part.informer.lister().by_index(index, value)? {
+                out.push(typed(&raw)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds an index named `name`: `f` gives the values an object is indexed under. It sees
+    /// the cached [`Raw`]; read facts with [`Raw::meta`] or decode with [`Raw::typed`] (the
+    /// decode is kept for later reads).
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::Index`] if the name is taken.
+    pub fn add_index(
+        &self,
+        name: &str,
+        f: impl Fn(&Raw<K>, &mut IndexValues<'_>) + Send + Sync + 'static,
+    ) -> Result<(), CacheError> {
+        let f = IndexFunc::new(f);
+        for part in self.parts.iter() {
+            let mut indexers = Indexers::new();
+            indexers.insert(name.to_owned(), f.clone());
+            part.informer.add_indexers(indexers)?;
+        }
+        Ok(())
+    }
+
+    /// Whether every informer behind the store has synced.
+    pub fn has_synced(&self) -> bool {
+        self.parts.iter().all(|p| p.informer.has_synced())
+    }
+
+    /// Waits until every informer behind the store has synced.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub async fn wait_synced(&self) {
+        for part in self.parts.iter() {
+            part.informer.wait_synced().await;
+        }
+    }
+
+    /// The informers behind the store: one, or one per cached namespace.
+    pub fn informers(&self) -> impl Iterator<Item = &Arc<SharedIndexInformer<Raw<K>>>> {
+        self.parts.iter().map(|p| &p.informer)
+    }
+
+    /// The listers behind the store, over the cached JSON.
+    pub fn listers(&self) -> Vec<Lister<Raw<K>>> {
+        self.parts.iter().map(|p| p.informer.lister()).collect()
+    }
+
+    fn part_for(&self, namespace: &str) -> Option<&Part<K>> {
+        self.parts.iter().find(|p| p.covers(namespace))
+    }
+}
+
+impl<K> Part<K> {
+    fn covers(&self, namespace: &str) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| ns == namespace)
+    }
+}
+
+/// The typed form of a cached object, decoded once.
+fn typed<K: CachedKind>(raw: &Arc<Raw<K>>) -> Result<Arc<K>, CacheError> {
+    raw.typed().map_err(|source| CacheError::Decode {
+        kind: kind_name::<K>(),
+        key: informer::key_of(&**raw).to_string(),
+        source,
+    })
+}
+
+/// `group/version/Kind`, or `version/Kind` for the core group.
+pub(crate) fn kind_name<K: k8s_openapi::Resource>() -> String {
+    match K::GROUP {
+        "" => format!("{}/{}", K::VERSION, K::KIND),
+        group => format!("{group}/{}/{}", K::VERSION, K::KIND),
+    }
+}

@@ -1,5 +1,104 @@
-//! The controller runtime: manager, controllers, leader election, metrics, probes, events and
-//! the helpers a reconciler writes with. (Being built; the map arrives with the parts.)
+//! The controller runtime: a manager that runs controllers over a shared cache, with leader
+//! election, metrics, health probes, events and the helpers a reconciler writes with
+//! (controller-runtime's `manager`, `builder`, `controller`, `cache` and `controllerutil`).
+//!
+//! # Map
+//!
+//! * [`Manager`] — owns the [`Client`](crate::client::Client), the shared [`Cache`], the
+//!   [`Metrics`] and every controller; starts them in controller-runtime's order (servers,
+//!   caches, leader election, controllers) and stops them gracefully on SIGINT/SIGTERM.
+//! * [`Cache`] and [`Store<K>`] — one informer per kind and namespace, holding each object
+//!   once as [`Raw`](crate::client::Raw) JSON; typed reads return `Arc<K>`, decoded on the
+//!   first read of each object version and kept.
+//! * [`Controller<K>`] — `for` kind `K`, [`owns`](Controller::owns) kinds it controls,
+//!   [`watches`](Controller::watches) others through a mapping, filtered by [`Predicate`]s;
+//!   [`complete`](Controller::complete) hands it to the manager with a reconcile function
+//!   `async fn(Arc<K>, Arc<Ctx>) -> Result<Action, ReconcileError>`.
+//! * [`leader_election`] — Lease-based leader election (15 s / 10 s / 2 s).
+//! * [`metrics`] and [`server`] — `/metrics` with controller-runtime's metric names, and
+//!   `/healthz` and `/readyz` with its response format.
+//! * [`events`], [`owner`], [`finalizer`], [`ops`] — an events.k8s.io recorder, owner
+//!   references, finalizers, `create_or_update`, `retry_on_conflict`, server-side apply.
+//! * [`crd`] — CustomResourceDefinitions generated from Rust types.
+//!
+//! ```text
+//!  kube-apiserver ──list/watch──▶ Cache: one informer per kind (Raw JSON) ──▶ Store<K>: Arc<K>
+//!        ▲                               │ events                               ▲ typed reads
+//!        │                               ▼                                      │
+//!        │                  for / owns / watches ─▶ predicates ─▶ queue of keys │
+//!        │                                                           │          │
+//!        │                                       workers ─▶ reconcile(Arc<K>, ctx)
+//!        └─────────────── writes (Client: apply, replace, status, events) ◀──┘
+//! ```
+//!
+//! # Example: mirror every ConfigMap into a Secret it owns
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use controller_runtime::client::{Api, Client, Patch, PatchParams};
+//! use controller_runtime::runtime::owner::controller_reference;
+//! use controller_runtime::runtime::{
+//!     Action, Controller, Manager, ManagerOptions, ReconcileError, Store,
+//! };
+//! use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+//! use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+//!
+//! struct Ctx {
+//!     client: Client,
+//!     secrets: Store<Secret>,
+//! }
+//!
+//! async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+//!     let (ns, name) = (cm.metadata.namespace.as_deref().unwrap_or_default(),
+//!                       cm.metadata.name.as_deref().unwrap_or_default());
+//!     let current = ctx.secrets.get(ns, name)?;
+//!     if current.is_some_and(|s| s.string_data.is_none() && same_data(&s, &cm)) {
+//!         return Ok(Action::done()); // already mirrored
+//!     }
+//!     let secret = Secret {
+//!         metadata: ObjectMeta {
+//!             name: Some(name.to_owned()),
+//!             namespace: Some(ns.to_owned()),
+//!             owner_references: Some(vec![controller_reference(&*cm)?]),
+//!             ..ObjectMeta::default()
+//!         },
+//!         string_data: cm.data.clone(),
+//!         ..Secret::default()
+//!     };
+//!     Api::<Secret>::namespaced(ctx.client.clone(), ns)
+//!         .patch(name, &PatchParams::apply("mirror").force(), &Patch::Apply(&secret))
+//!         .await?;
+//!     Ok(Action::done())
+//! }
+//!
+//! fn same_data(secret: &Secret, cm: &ConfigMap) -> bool {
+//!     let data = secret.data.clone().unwrap_or_default();
+//!     let want = cm.data.clone().unwrap_or_default();
+//!     data.len() == want.len()
+//!         && want.iter().all(|(k, v)| data.get(k).is_some_and(|b| b.0 == v.as_bytes()))
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let manager = Manager::new(ManagerOptions::default()).await?;
+//!     let ctx = Arc::new(Ctx { client: manager.client(), secrets: manager.store()? });
+//!     Controller::<ConfigMap>::new(&manager).owns::<Secret>().complete(reconcile, ctx)?;
+//!     manager.start().await?; // until SIGINT or SIGTERM
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The same wiring is one line in controller-runtime
+//! (`NewControllerManagedBy(mgr).For(&ConfigMap{}).Owns(&Secret{}).Complete(r)`) and three in
+//! kube-rs (`Controller::new(..).owns(..).run(reconcile, error_policy, ctx)`).
+//!
+//! # Speed that pays
+//!
+//! This layer adds no optimisation of its own beyond keeping one cached copy of each object
+//! and decoding it at most once per version; an optimisation belongs here only if it moves
+//! an end-to-end row of `make bench-runtime` (start to every object reconciled, memory) by
+//! 10 % or more, with no `unsafe` and no hidden thread.
 
 pub mod cache;
 pub mod controller;
@@ -13,3 +112,9 @@ pub mod ops;
 pub mod owner;
 pub mod predicate;
 pub mod server;
+
+pub use cache::{Cache, CacheError, CacheOptions, Store};
+pub use controller::{Action, Controller, ObjectRef, ReconcileError};
+pub use manager::{Manager, ManagerError, ManagerOptions};
+pub use metrics::Metrics;
+pub use predicate::Predicate;

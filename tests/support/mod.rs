@@ -163,3 +163,62 @@ impl Drop for Namespace<'_> {
         );
     }
 }
+
+/// Polls `check` every 100 ms until it returns `Ok`, without blocking the runtime, and
+/// returns that value. Panics with the last observation if `limit` passes first.
+pub async fn wait_until<T>(
+    what: &str,
+    limit: Duration,
+    mut check: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let begin = Instant::now();
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) if begin.elapsed() > limit => {
+                panic!("{what}: not reached within {limit:?}; last seen: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// GETs `path` from a plain-HTTP server on `addr` and returns the status code and body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    (code, body)
+}
+
+/// Joins the chunks of a chunked HTTP/1.1 body.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
