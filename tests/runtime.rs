@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use controller_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
 use controller_runtime::config::{Auth, Config, Secret as Token};
+use controller_runtime::runtime::leader_election::LeaderElectionConfig;
 use controller_runtime::runtime::owner::controller_reference;
 use controller_runtime::runtime::{
     Action, CacheError, CacheOptions, Controller, Manager, ManagerError, ManagerOptions,
@@ -634,5 +635,223 @@ async fn sigterm_lets_the_reconcile_in_flight_finish() {
         .await
         .unwrap();
     assert!(secret.is_some(), "the in-flight reconcile wrote its Secret");
+    cluster::delete_namespace(&client, &ns).await;
+}
+
+// === leader election between two managers ===
+
+/// Records which manager reconciled, and whether two ever reconciled at once.
+#[derive(Default)]
+struct Audit {
+    /// Manager ids in reconcile order.
+    seen: Mutex<Vec<&'static str>>,
+    running: Mutex<Vec<&'static str>>,
+    overlap: AtomicUsize,
+}
+
+/// A manager `id` electing on lease `rt-lease` in `ns`, reconciling ConfigMaps into `audit`.
+fn elected(ns: &str, id: &'static str, release: bool, audit: &Arc<Audit>) -> Manager {
+    let mut election = LeaderElectionConfig::new("rt-lease", ns);
+    election.identity = format!("{id}-{}", std::process::id());
+    election.lease_duration = LEASE;
+    election.renew_deadline = Duration::from_secs(3);
+    election.retry_period = RETRY;
+    election.release_on_cancel = release;
+    let mut options = options(ns);
+    options.leader_election = Some(election);
+    let manager = Manager::with_config(cluster::config(), options).unwrap();
+    let audit = audit.clone();
+    Controller::<ConfigMap>::new(&manager)
+        .complete(
+            move |_: Arc<ConfigMap>, audit: Arc<Audit>| async move {
+                {
+                    let mut running = audit.running.lock();
+                    if running.iter().any(|other| *other != id) {
+                        audit.overlap.fetch_add(1, Ordering::SeqCst);
+                    }
+                    running.push(id);
+                }
+                audit.seen.lock().push(id);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let mut running = audit.running.lock();
+                let at = running.iter().position(|r| *r == id).unwrap();
+                running.remove(at);
+                Ok(Action::done())
+            },
+            audit,
+        )
+        .unwrap();
+    manager
+}
+
+const LEASE: Duration = Duration::from_secs(4);
+const RETRY: Duration = Duration::from_secs(1);
+/// client-go spaces attempts `retry × [1, 2.2)` apart (jitter 1.2), and a waiting candidate
+/// measures expiry from when it saw the last renewal; requests take a little time too.
+const JITTERED_RETRY: Duration = Duration::from_millis(2200);
+const SLACK: Duration = Duration::from_millis(500);
+
+fn leading(manager: &Manager) -> bool {
+    let series = r#"leader_election_master_status{name="rt-lease"}"#;
+    sample(&manager.metrics().encode(), series) == Some(1.0)
+}
+
+async fn touch(configmaps: &Api<ConfigMap>, name: &str, value: &str) {
+    configmaps
+        .patch(
+            name,
+            &PatchParams::apply("rt-test").force(),
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name}, "data": {"v": value}
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn one_of_two_managers_leads_and_hands_over_on_release_and_on_death() {
+    let client = cluster::client();
+    let ns = create_namespace(&client, "rt-leader").await;
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    let audit = Arc::new(Audit::default());
+    let first = elected(&ns, "first", true, &audit);
+    let (stop_first, first_task) = run(&first);
+    wait_until("the first manager leads", CONVERGE, async || {
+        leading(&first).then_some(()).ok_or("not yet".to_owned())
+    })
+    .await;
+    let second = elected(&ns, "second", false, &audit);
+    let (_stop_second, second_task) = run(&second);
+    touch(&configmaps, "probe", "1").await;
+    wait_until("the leader reconciles", CONVERGE, async || {
+        let seen = audit.seen.lock().clone();
+        seen.contains(&"first")
+            .then_some(())
+            .ok_or(format!("{seen:?}"))
+    })
+    .await;
+    // The second has synced its cache (it is ready) but does not lead or reconcile.
+    let probes = second.probe_addr().await.unwrap();
+    wait_until("the second is ready", CONVERGE, async || {
+        let (code, body) = http_get(probes, "/readyz").await;
+        (code == 200).then_some(()).ok_or(body)
+    })
+    .await;
+    assert!(!leading(&second));
+    assert!(!audit.seen.lock().contains(&"second"));
+
+    // Stop the first with release: the second takes over within a jittered retry period.
+    stop_first.send(()).unwrap();
+    first_task.await.unwrap().unwrap();
+    let released = std::time::Instant::now();
+    wait_until("the second leads after the release", CONVERGE, async || {
+        leading(&second).then_some(()).ok_or("not yet".to_owned())
+    })
+    .await;
+    let handover = released.elapsed();
+    assert!(
+        handover <= JITTERED_RETRY + SLACK,
+        "release handover took {handover:?}"
+    );
+    touch(&configmaps, "probe", "2").await;
+    wait_until("the new leader reconciles", CONVERGE, async || {
+        let seen = audit.seen.lock().clone();
+        seen.contains(&"second")
+            .then_some(())
+            .ok_or(format!("{seen:?}"))
+    })
+    .await;
+
+    // A third waits; the second dies without releasing (its task is aborted): the third
+    // takes over once the lease has expired.
+    let third = elected(&ns, "third", false, &audit);
+    let (_stop_third, third_task) = run(&third);
+    let probes = third.probe_addr().await.unwrap();
+    wait_until("the third is ready", CONVERGE, async || {
+        let (code, body) = http_get(probes, "/readyz").await;
+        (code == 200).then_some(()).ok_or(body)
+    })
+    .await;
+    second_task.abort();
+    let died = std::time::Instant::now();
+    wait_until("the third leads after the death", CONVERGE, async || {
+        leading(&third).then_some(()).ok_or("not yet".to_owned())
+    })
+    .await;
+    let takeover = died.elapsed();
+    assert!(
+        takeover <= LEASE + 2 * JITTERED_RETRY + SLACK,
+        "takeover after a death took {takeover:?}"
+    );
+    touch(&configmaps, "probe", "3").await;
+    wait_until("the third reconciles", CONVERGE, async || {
+        let seen = audit.seen.lock().clone();
+        seen.contains(&"third")
+            .then_some(())
+            .ok_or(format!("{seen:?}"))
+    })
+    .await;
+    assert_eq!(
+        audit.overlap.load(Ordering::SeqCst),
+        0,
+        "two leaders reconciled at once"
+    );
+
+    third_task.abort();
+    cluster::delete_namespace(&client, &ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn readyz_fails_until_the_caches_sync_and_passes_after() {
+    let client = cluster::client();
+    let ns = create_namespace(&client, "rt-ready").await;
+    let config = service_account_config(&client, &ns, "late-rights").await;
+    let manager = Manager::with_config(config, options(&ns)).unwrap();
+    Controller::<ConfigMap>::new(&manager)
+        .complete(
+            |_: Arc<ConfigMap>, _: Arc<()>| async { Ok(Action::done()) },
+            Arc::new(()),
+        )
+        .unwrap();
+    let (stop, task) = run(&manager);
+    let probes = manager.probe_addr().await.unwrap();
+    let (code, body) = http_get(probes, "/readyz").await;
+    assert_eq!(code, 500, "not ready before the cache syncs: {body}");
+    let (code, body) = http_get(probes, "/healthz").await;
+    assert_eq!((code, body.as_str()), (200, "ok"), "alive all the same");
+
+    // Grant the rights; the informer's next list succeeds and the cache syncs.
+    let kubectl = support::Kubectl::from_env();
+    kubectl.run(&[
+        "-n",
+        &ns,
+        "create",
+        "role",
+        "read-configmaps",
+        "--verb=get,list,watch",
+        "--resource=configmaps",
+    ]);
+    kubectl.run(&[
+        "-n",
+        &ns,
+        "create",
+        "rolebinding",
+        "read-configmaps",
+        "--role=read-configmaps",
+        &format!("--serviceaccount={ns}:late-rights"),
+    ]);
+    wait_until("ready once the cache synced", CONVERGE, async || {
+        let (code, body) = http_get(probes, "/readyz?verbose").await;
+        (code == 200 && body.contains("[+]cache-sync ok"))
+            .then_some(())
+            .ok_or(format!("{code} {body}"))
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
     cluster::delete_namespace(&client, &ns).await;
 }
