@@ -13,8 +13,11 @@
 //! - [`informers`]: the [`informers::InformerFactory`], which makes one shared informer per
 //!   kind and namespace on the client (a [`informer::SharedIndexInformer`] over an
 //!   [`client::ApiListerWatcher`]), starts them together and waits for their caches.
-//! - `runtime` (to come): the manager, controllers, leader election, metrics, health probes,
-//!   events, finalizers and admission webhooks.
+//! - [`runtime`]: the controller runtime: the [`runtime::Manager`] (servers, cache, leader
+//!   election, controllers, graceful stop), [`runtime::Controller`] with its predicates and
+//!   workers, the typed [`runtime::Store`] over a cache of [`client::Raw`] objects, metrics,
+//!   probes, events, owner references, finalizers, and CRDs derived from Rust types
+//!   ([`CustomResource`]).
 //!
 //! ```text
 //!  kubeconfig / service account ──▶ Config ──▶ Client ──▶ Api<K> ──▶ kube-apiserver
@@ -23,7 +26,30 @@
 //!                 informer (reflector → DeltaFIFO → indexer) ──▶ handlers ──▶ workqueue
 //!                                                                                │
 //!                        reconciler ◀── controller workers ◀─────────────────────┘
+//!                         (runtime: Manager, Controller, Store)
 //! ```
+//!
+//! A controller, wired in one line (see [`runtime`] for a whole one):
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use controller_runtime::runtime::{Action, Controller, Manager, ReconcileError};
+//! use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+//!
+//! async fn reconcile(d: Arc<Deployment>, _ctx: Arc<()>) -> Result<Action, ReconcileError> {
+//!     println!("{:?} wants {:?} replicas", d.metadata.name, d.spec.as_ref().and_then(|s| s.replicas));
+//!     Ok(Action::done())
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let manager = Manager::new(Default::default()).await?;
+//! Controller::<Deployment>::new(&manager).owns::<ReplicaSet>().complete(reconcile, Arc::new(()))?;
+//! manager.start().await?; // until SIGINT or SIGTERM
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The client alone:
 //!
 //! ```no_run
 //! use controller_runtime::client::{Api, Client, ListParams};
