@@ -1,5 +1,122 @@
-//! The Memcached operator: it will watch `Memcached` custom resources and keep a Deployment of
-//! memcached Pods scaled to each resource's `spec.size`, reporting progress in its status.
+//! The Memcached operator: it watches `Memcached` custom resources and keeps a Deployment of
+//! memcached Pods scaled to each resource's `spec.size`, reporting what runs in its status.
 //!
-//! This crate will hold the API types, the reconciler and the binary that runs them on the
-//! controller runtime.
+//! * [`api`] — the `cache.example.com/v1alpha1` `Memcached` kind and its CRD, derived from
+//!   Rust types.
+//! * [`reconcile`] — the reconciler, one pass top to bottom.
+//! * [`setup`] — the controller wired into a manager, as the binary runs it.
+//!
+//! ```text
+//!  Memcached ──for──▶ ┐
+//!  Deployment ─owns─▶ ├─▶ queue ─▶ reconcile ─▶ apply Deployment, patch status, events
+//!  Pod ─by label────▶ ┘
+//! ```
+
+pub mod api;
+pub mod reconcile;
+
+use std::sync::Arc;
+
+use controller_runtime::informers::Selectors;
+use controller_runtime::runtime::{Controller, Manager, ManagerError};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+
+use api::Memcached;
+use reconcile::{Context, MANAGED_BY};
+
+/// The image a `Memcached` without `spec.image` runs.
+pub const DEFAULT_IMAGE: &str = "memcached:1.6.26-alpine";
+
+/// The cache options the operator needs: Pods only with its own label, so it never holds
+/// the cluster's other Pods.
+pub fn cache_selectors(
+    options: controller_runtime::runtime::CacheOptions,
+) -> controller_runtime::runtime::CacheOptions {
+    options.select::<Pod>(Selectors {
+        labels: Some(format!("{}={}", MANAGED_BY.0, MANAGED_BY.1)),
+        fields: None,
+    })
+}
+
+/// Registers the Memcached controller with `manager`: for `Memcached`, owning Deployments,
+/// and watching the memcached Pods (for the status's Pod names).
+///
+/// # Errors
+///
+/// If the controller cannot be registered (its name is taken, or a kind is cached as
+/// another type) or the event recorder cannot be made.
+pub fn setup(manager: &Manager, default_image: &str) -> Result<(), SetupError> {
+    let ctx = Arc::new(Context {
+        client: manager.client(),
+        deployments: manager.store::<Deployment>()?,
+        pods: manager.store::<Pod>()?,
+        recorder: manager.event_recorder("memcached-controller")?,
+        default_image: default_image.to_owned(),
+    });
+    Controller::<Memcached>::new(manager)
+        .owns::<Deployment>()
+        .watches::<Pod>(reconcile::pod_owner)
+        .complete(reconcile::reconcile, ctx)?;
+    Ok(())
+}
+
+/// Why [`setup`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The controller could not be registered.
+    #[error(transparent)]
+    Manager(#[from] ManagerError),
+    /// A cache could not be made.
+    #[error(transparent)]
+    Cache(#[from] controller_runtime::runtime::CacheError),
+    /// The event recorder could not be made.
+    #[error(transparent)]
+    Events(#[from] controller_runtime::runtime::events::Error),
+}
+
+/// Applies the `Memcached` CRD (server-side, so a changed schema updates it) and waits until
+/// the API server serves the kind: what `make install` does with kubectl, for tests and
+/// for an operator that installs its own CRD.
+///
+/// # Errors
+///
+/// If the apply is refused (RBAC, an invalid schema) or the CRD is not established within
+/// `timeout`.
+pub async fn install_crd(
+    client: &controller_runtime::client::Client,
+    timeout: std::time::Duration,
+) -> Result<(), controller_runtime::client::Error> {
+    use controller_runtime::client::{Api, Patch, PatchParams};
+    use controller_runtime::runtime::crd::{CustomResource, is_established};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+    let crds: Api<CustomResourceDefinition> = Api::cluster(client.clone());
+    let crd = Memcached::crd();
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    crds.patch(
+        &name,
+        &PatchParams::apply(reconcile::FIELD_MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    let begin = tokio::time::Instant::now();
+    loop {
+        if is_established(&crds.get(&name).await?) {
+            // Established, but discovery may lag a moment: wait until a list works.
+            let memcacheds: Api<Memcached> = Api::all(client.clone());
+            let listed = memcacheds
+                .list(&controller_runtime::client::ListParams::default().limit(1))
+                .await;
+            if listed.is_ok() {
+                return Ok(());
+            }
+        }
+        if begin.elapsed() > timeout {
+            return Err(controller_runtime::client::Error::Build(format!(
+                "the CRD {name} was not established within {timeout:?}"
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
