@@ -17,7 +17,7 @@ export TESTENV_KUBECONFIG := $(KUBECONFIG_TESTENV)
 export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
 .PHONY: all demo test test-unit test-cluster lint fmt cluster cluster-down cluster-status \
-	testenv bench bench-decode bench-queue bench-informer protoschema
+	testenv bench bench-decode bench-queue bench-informer protoschema manifests
 
 all: lint test-unit
 
@@ -59,6 +59,10 @@ fmt:
 	cargo fmt --all
 	cd testenv && gofmt -w .
 	cd tools/protoschema && gofmt -w .
+
+## manifests: regenerate config/crd/bases/ from the operator's Rust types
+manifests:
+	cargo run -q -p memcached-operator -- crd > config/crd/bases/cache.example.com_memcacheds.yaml
 
 ## protoschema: regenerate src/client/proto_tables.rs (protobuf field tables) from k8s.io/api
 protoschema:

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 /// The most memcached Pods one resource may ask for; the schema refuses more.
 pub const MAX_SIZE: i32 = 100;
 
+/// The size of a resource that does not say.
+pub const DEFAULT_SIZE: i32 = 1;
+
 /// The port memcached listens on when the spec does not say.
 pub const DEFAULT_PORT: i32 = 11211;
 
@@ -35,10 +38,10 @@ pub const DEFAULT_PORT: i32 = 11211;
 #[serde(rename_all = "camelCase")]
 pub struct MemcachedSpec {
     /// How many memcached Pods to run, from 0 to 100. The defaulting webhook sets 1 when
-    /// it is left out.
+    /// it is left out (and the operator reads a missing size as 1).
     #[schemars(range(min = 0, max = 100))]
-    #[serde(default)]
-    pub size: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i32>,
     /// The port memcached listens on.
     #[serde(default = "default_port")]
     #[schemars(range(min = 1, max = 65535))]
@@ -50,6 +53,13 @@ pub struct MemcachedSpec {
 
 fn default_port() -> i32 {
     DEFAULT_PORT
+}
+
+impl MemcachedSpec {
+    /// The size asked for, or [`DEFAULT_SIZE`].
+    pub fn size(&self) -> i32 {
+        self.size.unwrap_or(DEFAULT_SIZE)
+    }
 }
 
 /// What the operator last saw of a memcached cluster.

@@ -75,6 +75,12 @@ pub enum SetupError {
     Events(#[from] controller_runtime::runtime::events::Error),
 }
 
+/// The `Memcached` CRD as YAML, as committed in `config/crd/bases/`.
+pub fn crd_yaml() -> String {
+    use controller_runtime::runtime::crd::CustomResource;
+    controller_runtime::runtime::crd::to_yaml(&Memcached::crd())
+}
+
 /// Applies the `Memcached` CRD (server-side, so a changed schema updates it) and waits until
 /// the API server serves the kind: what `make install` does with kubectl, for tests and
 /// for an operator that installs its own CRD.

@@ -15,16 +15,19 @@ use controller_runtime::runtime::{CacheOptions, Manager, ManagerOptions};
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Flags {
+    /// What to do instead of running the operator.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// The kubeconfig to use; without it, KUBECONFIG, ~/.kube/config, then the in-cluster
     /// service account.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
     /// Where /metrics is served ("0" turns it off).
     #[arg(long, default_value = ":8080", value_parser = bind_address)]
-    metrics_bind_address: Option<SocketAddr>,
+    metrics_bind_address: BindAddress,
     /// Where /healthz and /readyz are served ("0" turns them off).
     #[arg(long, default_value = ":8081", value_parser = bind_address)]
-    health_probe_bind_address: Option<SocketAddr>,
+    health_probe_bind_address: BindAddress,
     /// Elect a leader, so only one replica reconciles.
     #[arg(long)]
     leader_elect: bool,
@@ -45,13 +48,31 @@ struct Flags {
     log_format: String,
 }
 
-fn bind_address(s: &str) -> Result<Option<SocketAddr>, String> {
-    parse_bind_address(s).map_err(|e| e.to_string())
+/// What the binary can do besides running the operator.
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Print the Memcached CustomResourceDefinition as YAML (what `make manifests` writes to
+    /// config/crd/bases/).
+    Crd,
+}
+
+/// A server's address, or none for "0" (the server is off).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct BindAddress(Option<SocketAddr>);
+
+fn bind_address(s: &str) -> Result<BindAddress, String> {
+    parse_bind_address(s)
+        .map(BindAddress)
+        .map_err(|e| e.to_string())
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
+    if let Some(Command::Crd) = flags.command {
+        print!("{}", memcached_operator::crd_yaml());
+        return Ok(());
+    }
     init_logging(&flags.log_level, &flags.log_format);
 
     let config = match &flags.kubeconfig {
@@ -70,8 +91,8 @@ async fn main() -> anyhow::Result<()> {
         LeaderElectionConfig::new("86f835c3.example.com", namespace)
     });
     let options = ManagerOptions {
-        metrics_bind_address: flags.metrics_bind_address,
-        health_probe_bind_address: flags.health_probe_bind_address,
+        metrics_bind_address: flags.metrics_bind_address.0,
+        health_probe_bind_address: flags.health_probe_bind_address.0,
         leader_election,
         cache: memcached_operator::cache_selectors(CacheOptions {
             namespaces: flags.namespace.iter().cloned().collect(),
@@ -99,5 +120,55 @@ fn init_logging(level: &str, format: &str) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_follow_kubebuilder_defaults() {
+        let flags = Flags::try_parse_from(["memcached-operator"]).unwrap();
+        assert_eq!(
+            flags.metrics_bind_address.0,
+            Some(([0, 0, 0, 0], 8080).into())
+        );
+        assert_eq!(
+            flags.health_probe_bind_address.0,
+            Some(([0, 0, 0, 0], 8081).into())
+        );
+        assert!(!flags.leader_elect);
+        assert!(flags.command.is_none());
+    }
+
+    #[test]
+    fn zero_turns_a_server_off_and_bad_addresses_are_refused() {
+        let flags = Flags::try_parse_from([
+            "memcached-operator",
+            "--metrics-bind-address=0",
+            "--health-probe-bind-address=127.0.0.1:9000",
+            "--leader-elect",
+            "--namespace=prod",
+        ])
+        .unwrap();
+        assert_eq!(flags.metrics_bind_address.0, None);
+        assert_eq!(
+            flags.health_probe_bind_address.0,
+            Some(([127, 0, 0, 1], 9000).into())
+        );
+        assert_eq!(flags.namespace.as_deref(), Some("prod"));
+        let bad = Flags::try_parse_from(["memcached-operator", "--metrics-bind-address=nowhere"]);
+        assert!(
+            bad.unwrap_err()
+                .to_string()
+                .contains("metrics-bind-address")
+        );
+    }
+
+    #[test]
+    fn the_crd_subcommand_parses() {
+        let flags = Flags::try_parse_from(["memcached-operator", "crd"]).unwrap();
+        assert!(matches!(flags.command, Some(Command::Crd)));
     }
 }

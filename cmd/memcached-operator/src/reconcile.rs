@@ -181,7 +181,7 @@ pub fn deployment_for(mc: &Memcached, default_image: &str) -> Result<Deployment,
             ..ObjectMeta::default()
         },
         spec: Some(DeploymentSpec {
-            replicas: Some(mc.spec.size),
+            replicas: Some(mc.spec.size()),
             selector: instance_selector(&name),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -295,7 +295,7 @@ fn status_for(
     nodes: &[String],
     fault: Option<Fault<'_>>,
 ) -> MemcachedStatus {
-    let size = mc.spec.size;
+    let size = mc.spec.size();
     let ready = deployment
         .and_then(|d| d.status.as_ref())
         .and_then(|s| s.ready_replicas)

@@ -59,7 +59,7 @@ async fn a_memcached_gets_its_deployment_follows_its_size_and_goes_with_its_dele
     let memcacheds = Api::<Memcached>::namespaced(client.clone(), &ns);
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
     let spec = MemcachedSpec {
-        size: 2,
+        size: Some(2),
         container_port: 11211,
         image: None,
     };
