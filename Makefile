@@ -21,9 +21,10 @@ export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
 all: lint test-unit
 
-## demo: start the real local cluster and show its nodes (the operator joins in a later issue)
+## demo: start the real local cluster and run the Memcached operator against it: create,
+## scale, hand-edit and delete a Memcached, then stop the operator (hack/demo.sh)
 demo: cluster
-	$(TESTENV_KUBECTL) --kubeconfig $(KUBECONFIG_TESTENV) get nodes -o wide
+	hack/demo.sh
 
 ## test: lint, unit tests, then the cluster tests against a cluster this target starts and stops
 test: lint test-unit test-cluster

@@ -240,10 +240,15 @@ fn differs(have: &Deployment, want: &Deployment) -> bool {
         let pod = spec(d).template.spec.unwrap_or_default();
         pod.containers.into_iter().next().unwrap_or_default()
     };
+    // The server fills in defaults (a port's protocol, say): compare what we set.
+    let ports = |c: &Container| -> Vec<(i32, Option<String>)> {
+        let ports = c.ports.iter().flatten();
+        ports.map(|p| (p.container_port, p.name.clone())).collect()
+    };
     let (h, w) = (container(have), container(want));
     spec(have).replicas != spec(want).replicas
         || h.image != w.image
-        || h.ports != w.ports
+        || ports(&h) != ports(&w)
         || have.metadata.labels != want.metadata.labels
         || have.metadata.owner_references != want.metadata.owner_references
 }
@@ -417,4 +422,99 @@ async fn set_finalizers(
     api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::MemcachedSpec;
+
+    fn memcached(size: i32) -> Memcached {
+        let mut mc = Memcached::new(
+            "cache",
+            MemcachedSpec {
+                size: Some(size),
+                container_port: 11211,
+                image: None,
+            },
+        );
+        mc.metadata.namespace = Some("prod".to_owned());
+        mc.metadata.uid = Some("u-1".to_owned());
+        mc
+    }
+
+    #[test]
+    fn server_defaults_do_not_count_as_a_difference() {
+        let want = deployment_for(&memcached(3), "memcached:1").unwrap();
+        let mut have = want.clone();
+        let pod = have.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+        pod.containers[0].ports.as_mut().unwrap()[0].protocol = Some("TCP".to_owned());
+        pod.containers[0].termination_message_path = Some("/dev/termination-log".to_owned());
+        have.spec.as_mut().unwrap().revision_history_limit = Some(10);
+        assert!(!differs(&have, &want));
+    }
+
+    #[test]
+    fn size_image_and_port_changes_are_differences() {
+        let want = deployment_for(&memcached(3), "memcached:1").unwrap();
+        let scaled = deployment_for(&memcached(1), "memcached:1").unwrap();
+        let other_image = deployment_for(&memcached(3), "memcached:2").unwrap();
+        let mut other_port = memcached(3);
+        other_port.spec.container_port = 11212;
+        let other_port = deployment_for(&other_port, "memcached:1").unwrap();
+        for have in [scaled, other_image, other_port] {
+            assert!(differs(&have, &want));
+        }
+    }
+
+    #[test]
+    fn each_resource_selects_only_its_own_pods() {
+        let a = deployment_for(&memcached(1), "m").unwrap();
+        let mut other = memcached(1);
+        other.metadata.name = Some("other".to_owned());
+        let b = deployment_for(&other, "m").unwrap();
+        assert_ne!(a.spec.unwrap().selector, b.spec.unwrap().selector);
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_until_its_status_changes() {
+        let mut conditions = Vec::new();
+        set_condition(
+            &mut conditions,
+            "Available",
+            false,
+            "PodsNotReady",
+            "0 of 1".into(),
+            Some(1),
+        );
+        let first = conditions[0].last_transition_time.clone();
+        conditions[0].last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        set_condition(
+            &mut conditions,
+            "Available",
+            false,
+            "PodsNotReady",
+            "0 of 2".into(),
+            Some(2),
+        );
+        assert_eq!(
+            conditions[0].last_transition_time,
+            Time(Timestamp::UNIX_EPOCH)
+        );
+        assert_eq!(conditions[0].message, "0 of 2");
+        set_condition(
+            &mut conditions,
+            "Available",
+            true,
+            "PodsReady",
+            "2 of 2".into(),
+            Some(2),
+        );
+        assert_ne!(
+            conditions[0].last_transition_time,
+            Time(Timestamp::UNIX_EPOCH)
+        );
+        assert!(first.0 > Timestamp::UNIX_EPOCH);
+        assert_eq!(conditions.len(), 1);
+    }
 }

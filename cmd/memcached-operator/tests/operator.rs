@@ -197,6 +197,8 @@ async fn a_memcached_gets_its_deployment_follows_its_size_and_goes_with_its_dele
     })
     .await;
     assert!(reasons.iter().any(|r| r == "Created"), "{reasons:?}");
+    // Only real changes were written: no write re-applied a Deployment that matched.
+    assert!(!reasons.iter().any(|r| r == "Updated"), "{reasons:?}");
 
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(60), running)
