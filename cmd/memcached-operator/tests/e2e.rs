@@ -1,0 +1,190 @@
+//! End to end: the operator binary and kubectl against the real cluster, as a user runs
+//! them. The binary is started with its flags, serves its probes and metrics, converges a
+//! sample applied with kubectl, reports a Deployment it may not write as Degraded, and stops
+//! on SIGTERM.
+
+#[path = "../../../tests/support/mod.rs"]
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use support::cluster::{self, create_namespace};
+use support::{CONVERGE, Kubectl, http_get, wait_until};
+
+/// Asks the OS for a free loopback port (bound, then released for the operator to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn jsonpath(kubectl: &Kubectl, ns: &str, what: &str, path: &str) -> String {
+    kubectl
+        .try_run(
+            &["-n", ns, "get", what, "-o", &format!("jsonpath={path}")],
+            None,
+        )
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn the_binary_converges_a_sample_reports_faults_and_stops_on_sigterm() {
+    let client = cluster::client();
+    memcached_operator::install_crd(&client, CONVERGE)
+        .await
+        .unwrap();
+    let ns = create_namespace(&client, "mc-e2e").await;
+    let kubectl = Kubectl::from_env();
+    let (metrics, probes) = (free_port(), free_port());
+    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
+        .arg("--kubeconfig")
+        .arg(cluster::kubeconfig())
+        .args([
+            "--namespace",
+            &ns,
+            &format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+            &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
+            "--log-format=json",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = operator.id().unwrap();
+    let stderr = operator.stderr.take().unwrap();
+    let log = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut out = String::new();
+        let mut stderr = stderr;
+        let _ = stderr.read_to_string(&mut out).await;
+        out
+    });
+
+    let probe_addr = format!("127.0.0.1:{probes}").parse().unwrap();
+    wait_until("the operator is ready", CONVERGE, async || {
+        let (code, body) = match tokio::net::TcpStream::connect(probe_addr).await {
+            Ok(_) => http_get(probe_addr, "/readyz").await,
+            Err(e) => (0, e.to_string()),
+        };
+        (code == 200).then_some(()).ok_or(format!("{code} {body}"))
+    })
+    .await;
+
+    // A sample applied with kubectl converges.
+    kubectl.run(&[
+        "-n",
+        &ns,
+        "apply",
+        "-f",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../config/samples/cache_v1alpha1_memcached.yaml"
+        ),
+    ]);
+    let name = "memcached-sample";
+    wait_until("the sample is available", CONVERGE, async || {
+        let available = jsonpath(
+            &kubectl,
+            &ns,
+            &format!("memcached/{name}"),
+            r#"{.status.conditions[?(@.type=="Available")].status}"#,
+        );
+        let size = jsonpath(&kubectl, &ns, &format!("memcached/{name}"), "{.spec.size}");
+        let ready = jsonpath(
+            &kubectl,
+            &ns,
+            &format!("memcached/{name}"),
+            "{.status.readyReplicas}",
+        );
+        (available == "True" && !size.is_empty() && ready == size)
+            .then_some(())
+            .ok_or(format!(
+                "available {available:?}, ready {ready:?} of {size:?}"
+            ))
+    })
+    .await;
+    let columns = kubectl.run(&["-n", &ns, "get", "mc", name]);
+    assert!(
+        columns.contains("SIZE") && columns.contains("AVAILABLE"),
+        "{columns}"
+    );
+
+    // A Deployment the operator may not write is Degraded: one of that name exists already,
+    // controlled by something else (here the namespace's root-CA ConfigMap), so the API
+    // server refuses a second controller reference.
+    let owner_uid = jsonpath(
+        &kubectl,
+        &ns,
+        "configmap/kube-root-ca.crt",
+        "{.metadata.uid}",
+    );
+    kubectl.apply(&format!(
+        r#"{{"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {{"name": "broken", "namespace": "{ns}",
+                "ownerReferences": [{{"apiVersion": "v1", "kind": "ConfigMap",
+                    "name": "kube-root-ca.crt", "uid": "{owner_uid}", "controller": true}}]}},
+            "spec": {{"replicas": 0, "selector": {{"matchLabels": {{"app": "other"}}}},
+                "template": {{"metadata": {{"labels": {{"app": "other"}}}},
+                    "spec": {{"containers": [{{"name": "c", "image": "other"}}]}}}}}}}}"#
+    ));
+    kubectl.apply(&format!(
+        "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata:\n  name: broken\n  namespace: {ns}\nspec:\n  size: 1\n"
+    ));
+    wait_until("the broken one is degraded", CONVERGE, async || {
+        let degraded = jsonpath(
+            &kubectl,
+            &ns,
+            "memcached/broken",
+            r#"{.status.conditions[?(@.type=="Degraded")].status}/{.status.conditions[?(@.type=="Degraded")].reason}"#,
+        );
+        (degraded == "True/DeploymentWriteFailed")
+            .then_some(())
+            .ok_or(degraded)
+    })
+    .await;
+
+    // The metrics endpoint counts the reconciles and the errors.
+    let (code, scrape) =
+        http_get(format!("127.0.0.1:{metrics}").parse().unwrap(), "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        scrape.contains(
+            r#"controller_runtime_reconcile_total{controller="memcached",result="success"}"#
+        ),
+        "{scrape}"
+    );
+    let errors = scrape
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"controller_runtime_reconcile_errors_total{controller="memcached"} "#)
+        })
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(errors.is_some_and(|e| e >= 1.0), "{scrape}");
+
+    // SIGTERM: a clean exit.
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(Duration::from_secs(60), operator.wait())
+        .await
+        .expect("the operator exits after SIGTERM")
+        .unwrap();
+    let log = log.await.unwrap();
+    assert!(status.success(), "exit {status}; log:\n{log}");
+    assert!(
+        log.lines().all(|l| l.starts_with('{')),
+        "JSON logs only:\n{log}"
+    );
+    assert!(
+        log.contains("stopping: waiting for reconciles in flight to finish"),
+        "{log}"
+    );
+    cluster::delete_namespace(&client, &ns).await;
+}
