@@ -20,6 +20,8 @@
 //! * [`events`], [`owner`], [`finalizer`], [`ops`] — an events.k8s.io recorder, owner
 //!   references, finalizers, `create_or_update`, `retry_on_conflict`, server-side apply.
 //! * [`crd`] — CustomResourceDefinitions generated from Rust types.
+//! * [`webhook`] — admission webhooks over TLS: typed defaulting and validating functions,
+//!   served with a certificate reloaded as its files change.
 //!
 //! ```text
 //!  kube-apiserver ──list/watch──▶ Cache: one informer per kind (Raw JSON) ──▶ Store<K>: Arc<K>
@@ -112,6 +114,7 @@ pub mod ops;
 pub mod owner;
 pub mod predicate;
 pub mod server;
+pub mod webhook;
 
 pub use cache::{Cache, CacheError, CacheOptions, Store};
 pub use controller::{Action, Controller, ObjectRef, ReconcileError};
