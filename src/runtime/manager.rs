@@ -3,7 +3,8 @@
 //!
 //! # Start order
 //!
-//! 1. the HTTP servers: metrics and health probes (`/readyz` fails until step 2 is done);
+//! 1. the HTTP servers: metrics, health probes (`/readyz` fails until step 2 is done) and
+//!    admission webhooks;
 //! 2. the cache: every informer made so far starts, and the manager waits for each to sync
 //!    (2 minutes by default; the error names the kind and the last error, e.g. a 403);
 //! 3. runnables that do not need leadership;
@@ -36,6 +37,7 @@ use super::events::{Recorder, default_instance};
 use super::leader_election::{LeaderElectionConfig, LeaderElector};
 use super::metrics::Metrics;
 use super::server::{self, Checks};
+use super::webhook::WebhookServer;
 use crate::client::{Client, ClientOptions};
 use crate::config::Config;
 
@@ -51,6 +53,9 @@ pub enum ManagerError {
     /// Two controllers were given one name.
     #[error("a controller named {0:?} is already registered; names must be unique (use `named`)")]
     DuplicateController(String),
+    /// The webhook server could not start: its certificate, or its address.
+    #[error("starting the webhook server: {0}")]
+    Webhook(#[source] super::webhook::Error),
     /// A server could not bind its address.
     #[error("binding the {what} server to {addr}: {source}")]
     Bind {
@@ -144,6 +149,7 @@ struct Shared {
 struct Bound {
     metrics: Option<SocketAddr>,
     probes: Option<SocketAddr>,
+    webhooks: Option<SocketAddr>,
     /// Set once both have bound (or were not configured).
     done: bool,
 }
@@ -155,6 +161,8 @@ struct State {
     leader_runnables: Vec<Runnable>,
     /// Run from the start, leader or not.
     runnables: Vec<Runnable>,
+    /// The admission webhook server, served from the start, leader or not.
+    webhooks: Option<WebhookServer>,
     started: bool,
 }
 
@@ -322,6 +330,23 @@ impl Manager {
         self.bound().await.metrics
     }
 
+    /// The address the admission webhooks are served on, once bound; see
+    /// [`metrics_addr`](Self::metrics_addr).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub async fn webhook_addr(&self) -> Option<SocketAddr> {
+        self.bound().await.webhooks
+    }
+
+    /// Serves `server`'s admission webhooks (over TLS, from its certificate directory) from
+    /// the start, whether or not this replica leads, as controller-runtime does. One server
+    /// per manager; a second replaces the first.
+    pub fn add_webhook_server(&self, server: WebhookServer) {
+        self.shared.state.lock().webhooks = Some(server);
+    }
+
     /// The address the probes are served on, once bound; see
     /// [`metrics_addr`](Self::metrics_addr).
     ///
@@ -381,7 +406,7 @@ impl Manager {
         &self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ManagerError> {
-        let (runnables, leader_runnables) = {
+        let (runnables, leader_runnables, webhooks) = {
             let mut state = self.shared.state.lock();
             if std::mem::replace(&mut state.started, true) {
                 return Err(ManagerError::AlreadyStarted);
@@ -389,6 +414,7 @@ impl Manager {
             (
                 std::mem::take(&mut state.runnables),
                 std::mem::take(&mut state.leader_runnables),
+                state.webhooks.take(),
             )
         };
         let options = &self.shared.options;
@@ -430,6 +456,20 @@ impl Manager {
             ));
         }
 
+        if let Some(webhooks) = webhooks {
+            let bound = webhooks.bind().await.map_err(|e| {
+                self.shared.bound.send_modify(|b| b.done = true);
+                ManagerError::Webhook(e)
+            })?;
+            let addr = bound.local_addr();
+            self.shared.bound.send_modify(|b| b.webhooks = Some(addr));
+            tracing::info!(%addr, "serving admission webhooks");
+            let stop = stopped(&stopping_all);
+            servers.spawn(async move {
+                bound.serve(stop).await;
+                Ok(())
+            });
+        }
         self.shared.bound.send_modify(|b| b.done = true);
 
         let result = self

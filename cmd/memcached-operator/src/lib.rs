@@ -4,6 +4,7 @@
 //! * [`api`] — the `cache.example.com/v1alpha1` `Memcached` kind and its CRD, derived from
 //!   Rust types.
 //! * [`reconcile`] — the reconciler, one pass top to bottom.
+//! * [`webhook`] — the defaulting and validating admission webhooks.
 //! * [`setup`] — the controller wired into a manager, as the binary runs it.
 //!
 //! ```text
@@ -14,6 +15,7 @@
 
 pub mod api;
 pub mod reconcile;
+pub mod webhook;
 
 use std::sync::Arc;
 

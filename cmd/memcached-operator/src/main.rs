@@ -9,6 +9,7 @@ use clap::Parser;
 use controller_runtime::config::{Config, KubeconfigOptions};
 use controller_runtime::runtime::leader_election::LeaderElectionConfig;
 use controller_runtime::runtime::server::parse_bind_address;
+use controller_runtime::runtime::webhook::WebhookOptions;
 use controller_runtime::runtime::{CacheOptions, Manager, ManagerOptions};
 
 /// Keeps a Deployment of memcached Pods scaled to each Memcached resource's spec.size.
@@ -40,6 +41,19 @@ struct Flags {
     /// The image for resources that name none (also read from MEMCACHED_IMAGE).
     #[arg(long, env = "MEMCACHED_IMAGE", default_value = memcached_operator::DEFAULT_IMAGE)]
     memcached_image: String,
+    /// Serve the admission webhooks (needs a serving certificate in --cert-dir).
+    #[arg(long, env = "ENABLE_WEBHOOKS")]
+    enable_webhooks: bool,
+    /// The port the admission webhooks are served on.
+    #[arg(long, default_value_t = 9443)]
+    webhook_port: u16,
+    /// The directory holding the webhook server's tls.crt and tls.key (reloaded when they
+    /// change); default `<temp dir>/k8s-webhook-server/serving-certs`.
+    #[arg(long)]
+    cert_dir: Option<PathBuf>,
+    /// An image prefix the validating webhook allows (repeatable); none allows any image.
+    #[arg(long = "allowed-image-prefix")]
+    allowed_image_prefixes: Vec<String>,
     /// The log level: error, warn, info, debug or trace (RUST_LOG overrides it).
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -105,6 +119,17 @@ async fn main() -> anyhow::Result<()> {
     let manager = Manager::with_config(config, options).context("building the manager")?;
     memcached_operator::setup(&manager, &flags.memcached_image)
         .context("setting up the memcached controller")?;
+    if flags.enable_webhooks {
+        let mut options = WebhookOptions {
+            bind_address: SocketAddr::from(([0, 0, 0, 0], flags.webhook_port)),
+            ..WebhookOptions::default()
+        };
+        if let Some(dir) = flags.cert_dir.clone() {
+            options.cert_dir = dir;
+        }
+        let server = memcached_operator::webhook::server(options, flags.allowed_image_prefixes);
+        manager.add_webhook_server(server);
+    }
     manager.start().await.context("running the manager")?;
     tracing::info!("stopped");
     Ok(())
