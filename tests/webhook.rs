@@ -27,33 +27,13 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use serde_json::{Value, json};
+use support::certs::{TempDir, WebhookConfigurations, issue, make_ca};
 use support::{CONVERGE, Kubectl, cluster, unique, wait_until};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
 
 // === files ===
-
-/// A directory under the system's temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(prefix: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(unique(prefix));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -515,126 +495,6 @@ async fn bind_fails_naming_a_missing_or_bad_certificate_file() {
 // === with the API server ===
 
 /// Runs openssl in `dir`; panics with its stderr if it fails.
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        out.status.success(),
-        "openssl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A throwaway CA (`<name>.crt`, `<name>.key` in `dir`), EC P-256, valid for a day.
-fn make_ca(dir: &Path, name: &str) -> PathBuf {
-    let (crt, key) = (format!("{name}.crt"), format!("{name}.key"));
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            &format!("/CN=webhook test {name}"),
-            "-keyout",
-            &key,
-            "-out",
-            &crt,
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign",
-        ],
-    );
-    dir.join(crt)
-}
-
-/// A serving certificate for IP 127.0.0.1 that CA `ca` signs: `(<name>.crt, <name>.key)`.
-fn issue(dir: &Path, ca: &str, name: &str) -> (PathBuf, PathBuf) {
-    let (crt, key, csr, ext) = (
-        format!("{name}.crt"),
-        format!("{name}.key"),
-        format!("{name}.csr"),
-        format!("{name}.ext"),
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-        ],
-    );
-    std::fs::write(
-        dir.join(&ext),
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            &format!("{ca}.crt"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-extfile",
-            &ext,
-            "-out",
-            &crt,
-        ],
-    );
-    (dir.join(crt), dir.join(key))
-}
-
-/// Deletes the webhook configurations (cluster-wide objects) when dropped, even when the
-/// test fails.
-struct WebhookConfigurations<'k> {
-    kubectl: &'k Kubectl,
-    name: String,
-}
-
-impl Drop for WebhookConfigurations<'_> {
-    fn drop(&mut self) {
-        for kind in [
-            "mutatingwebhookconfiguration",
-            "validatingwebhookconfiguration",
-        ] {
-            if let Err(e) = self
-                .kubectl
-                .try_run(&["delete", kind, &self.name, "--ignore-not-found"], None)
-            {
-                eprintln!("cleaning up {kind} {}: {e}", self.name);
-            }
-        }
-    }
-}
-
 /// Deletes a namespace (without waiting) when dropped.
 struct NamespaceGuard<'k>(&'k Kubectl, String);
 

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod certs;
 pub mod cluster;
 
 use std::io::Write;
