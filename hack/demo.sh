@@ -25,8 +25,17 @@ wait_for() {
     [[ "$got" == "$want" ]] && { echo "$what: $got"; return 0; }
     sleep 0.5
   done
-  echo "demo: $what did not reach $want (last: $got); see $dir/operator.log" >&2
-  return 1
+  echo "demo: FAILED: $what did not reach $want (last: $got)" >&2
+  echo "demo: the operator's last log lines ($dir/operator.log):" >&2
+  tail -n 20 "$dir/operator.log" >&2
+  exit 1
+}
+
+show() {
+  k -n "$ns" get deployment memcached-sample
+  k -n "$ns" get pods -l app.kubernetes.io/instance=memcached-sample -o wide
+  k -n "$ns" get memcached memcached-sample -o jsonpath='{range .status.conditions[*]}  {.type}={.status} ({.reason}): {.message}{"\n"}{end}'
+  echo "  nodes: $(k -n "$ns" get memcached memcached-sample -o jsonpath='{.status.nodes}')"
 }
 
 stop_operator() {
@@ -69,19 +78,24 @@ spec:
   containerPort: 11211
 YAML
 wait_for "ready replicas" '{.status.readyReplicas}' 3
-k -n "$ns" get memcached,deployment,pods -o wide
-
-step "scaling to 5"
-k -n "$ns" patch memcached memcached-sample --type=merge -p '{"spec":{"size":5}}'
-wait_for "ready replicas" '{.status.readyReplicas}' 5
 k -n "$ns" get memcached memcached-sample
-k -n "$ns" get memcached memcached-sample -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}'
+show
 
-step "hand-editing the Deployment to 1 replica: the operator puts it back"
-k -n "$ns" scale deployment memcached-sample --replicas=1
+
+for size in 5 1; do
+  step "scaling to $size"
+  k -n "$ns" patch memcached memcached-sample --type=merge -p "{\"spec\":{\"size\":$size}}"
+  wait_for "ready replicas" '{.status.readyReplicas}' "$size"
+  wait_for "pod names in the status" '{.status.nodes[*]}' \
+    "$(k -n "$ns" get pods -l app.kubernetes.io/instance=memcached-sample -o jsonpath='{.items[*].metadata.name}' --sort-by=.metadata.name)"
+  show
+done
+
+step "hand-editing the Deployment to 4 replicas: the operator puts it back to 1"
+k -n "$ns" scale deployment memcached-sample --replicas=4
 for _ in $(seq 1 120); do
   r=$(k -n "$ns" get deployment memcached-sample -o jsonpath='{.spec.replicas}')
-  [[ "$r" == 5 ]] && break
+  [[ "$r" == 1 ]] && break
   sleep 0.5
 done
 echo "deployment replicas: $(k -n "$ns" get deployment memcached-sample -o jsonpath='{.spec.replicas}')"
@@ -102,5 +116,13 @@ k -n "$ns" get deployment memcached-sample 2>&1 | tail -n 1 || true
 step "stopping the operator (SIGTERM)"
 stop_operator
 tail -n 5 "$dir/operator.log"
-echo
-echo "demo: done. The cluster is still up: KUBECONFIG=$KUBECONFIG; \`make cluster-down\` stops it."
+cat <<EOF2
+
+demo: done, every step converged. The cluster is still up. To go on:
+  export KUBECONFIG=$KUBECONFIG
+  make run                                   # the operator in the foreground
+  kubectl apply -f config/samples/cache_v1alpha1_memcached.yaml
+  kubectl get memcached,deployments,pods
+  kubectl patch memcached memcached-sample --type=merge -p '{"spec":{"size":2}}'
+Stop the cluster with \`make cluster-down\`.
+EOF2
