@@ -72,8 +72,9 @@ pub struct MemcachedStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// The names of the memcached Pods.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The names of the memcached Pods. Always written, empty too: the status is written
+    /// by merge patch, where a missing list would keep the old one.
+    #[serde(default)]
     pub nodes: Vec<String>,
     /// How many memcached Pods are ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -124,8 +124,10 @@ pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, 
 
     // 4. The status, from what runs.
     let pods = ctx.pods.select(Some(ns), &instance_selector(name))?;
+    // Pods on their way out (deletion timestamp set) no longer count.
     let mut nodes: Vec<String> = pods
         .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| p.metadata.name.clone())
         .collect();
     nodes.sort();

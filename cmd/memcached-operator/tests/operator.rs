@@ -139,6 +139,80 @@ async fn a_memcached_gets_its_deployment_follows_its_size_and_goes_with_its_dele
     })
     .await;
 
+    // A second resource in the namespace stays independent of the first.
+    let other = MemcachedSpec {
+        size: Some(1),
+        container_port: 11211,
+        image: None,
+    };
+    memcacheds
+        .create(&PostParams::default(), &Memcached::new("other", other))
+        .await
+        .unwrap();
+    wait_until("the other one runs one pod", CONVERGE, async || {
+        let mc = memcacheds.get("other").await.map_err(|e| e.to_string())?;
+        let status = mc.status.clone().unwrap_or_default();
+        (status.ready_replicas == Some(1) && status.nodes.len() == 1)
+            .then_some(())
+            .ok_or(format!("{status:?}"))
+    })
+    .await;
+    let cache = memcacheds.get("cache").await.unwrap().status.unwrap();
+    assert_eq!((cache.ready_replicas, cache.nodes.len()), (Some(3), 3));
+
+    // Sizes outside the schema are refused by the API server with the schema's message.
+    for (size, says) in [
+        (
+            serde_json::json!(-1),
+            "should be greater than or equal to 0",
+        ),
+        (
+            serde_json::json!(101),
+            "should be less than or equal to 100",
+        ),
+        (serde_json::json!("three"), "spec.size"),
+    ] {
+        let refused = memcacheds
+            .patch(
+                "other",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"size": size}})),
+            )
+            .await
+            .unwrap_err();
+        let message = refused.to_string();
+        assert!(message.contains(says), "size {size}: {message}");
+    }
+
+    // Down to one, then to zero.
+    for size in [1, 0] {
+        memcacheds
+            .patch(
+                "cache",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"size": size}})),
+            )
+            .await
+            .unwrap();
+        wait_until(&format!("scaled to {size}"), CONVERGE, async || {
+            let mc = memcacheds.get("cache").await.map_err(|e| e.to_string())?;
+            let status = mc.status.clone().unwrap_or_default();
+            let n = usize::try_from(size).unwrap();
+            (status.ready_replicas == Some(size) && status.nodes.len() == n)
+                .then_some(())
+                .ok_or(format!("{status:?}"))
+        })
+        .await;
+    }
+    memcacheds
+        .patch(
+            "cache",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"size": 3}})),
+        )
+        .await
+        .unwrap();
+
     // A hand edit of the Deployment's replicas is reverted.
     deployments
         .patch(
