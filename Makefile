@@ -17,7 +17,8 @@ export TESTENV_KUBECONFIG := $(KUBECONFIG_TESTENV)
 export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
 .PHONY: all demo test test-unit test-cluster lint fmt cluster cluster-down cluster-status \
-	testenv bench bench-decode bench-queue bench-informer protoschema manifests
+	testenv bench bench-decode bench-queue bench-informer protoschema manifests \
+	install uninstall run deploy undeploy
 
 all: lint test-unit
 
@@ -64,6 +65,38 @@ fmt:
 ## manifests: regenerate config/crd/bases/ from the operator's Rust types
 manifests:
 	cargo run -q -p memcached-operator -- crd > config/crd/bases/cache.example.com_memcacheds.yaml
+
+# The operator's deployment targets act on the current kubeconfig's cluster (KUBECONFIG or
+# ~/.kube/config), not on testenv's unless KUBECONFIG names it.
+KUBECTL ?= kubectl
+# The operator's image for `make deploy` (see Dockerfile for building it).
+IMG ?= controller:latest
+# Where `make deploy` writes its kustomize overlay, CA and webhook certificate.
+DEPLOY_DIR := $(CURDIR)/target/deploy
+# Flags for `make run`, e.g. RUN_ARGS="--namespace=demo --log-level=debug".
+RUN_ARGS ?=
+
+## install: install the Memcached CRD into the current kubeconfig's cluster
+install:
+	$(KUBECTL) apply -f config/crd/bases
+
+## uninstall: remove the Memcached CRD (and with it every Memcached) from the current cluster
+uninstall:
+	$(KUBECTL) delete -f config/crd/bases --ignore-not-found
+
+## run: run the operator in the foreground against the current kubeconfig (flags in RUN_ARGS)
+run:
+	cargo run --release -p memcached-operator -- $(RUN_ARGS)
+
+## deploy: deploy the operator (CRD, RBAC, manager, webhooks) with image IMG to the current
+## cluster, with a generated webhook certificate (config/deploy-overlay.sh, into target/deploy)
+deploy:
+	config/deploy-overlay.sh "$(IMG)" $(DEPLOY_DIR)
+	$(KUBECTL) apply -k $(DEPLOY_DIR)
+
+## undeploy: remove everything `make deploy` made, its namespace and the CRD included
+undeploy:
+	$(KUBECTL) delete -k config/default --ignore-not-found
 
 ## protoschema: regenerate src/client/proto_tables.rs (protobuf field tables) from k8s.io/api
 protoschema:

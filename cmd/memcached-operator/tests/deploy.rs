@@ -1,0 +1,701 @@
+//! The operator's deployment manifests (`config/`) against the real cluster: they render in
+//! kubebuilder's layout, the API server accepts them as `make deploy` would apply them, the
+//! manager's Pod passes the restricted Pod Security Standard, and the RBAC they grant is
+//! exactly the rules written down here and enough to run the operator.
+
+#[path = "../../../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use controller_runtime::client::{Api, DeleteParams, ListParams, PostParams};
+use controller_runtime::config::{Auth, Secret as Token};
+use controller_runtime::runtime::leader_election::LeaderElectionConfig;
+use controller_runtime::runtime::{CacheOptions, Manager, ManagerOptions};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::events::v1::Event;
+use memcached_operator::api::{Memcached, MemcachedSpec, condition};
+use memcached_operator::reconcile::FINALIZER;
+use serde_json::{Value, json};
+use support::cluster::{self, create_namespace};
+use support::{CONVERGE, Kubectl, http_get, unique, wait_until};
+use tokio::sync::oneshot;
+
+/// The ClusterRole the operator runs with, rule by rule (apiGroup, resource, verbs). Any
+/// change to config/rbac/role.yaml must be made here too, so that widening it is a decision
+/// and not an accident; the other test proves these rules are enough.
+const MANAGER_RULES: &[(&str, &str, &[&str])] = &[
+    // Its cache lists and watches them; the finalizer is added and removed by merge patch.
+    (
+        "cache.example.com",
+        "memcacheds",
+        &["list", "patch", "watch"],
+    ),
+    // The status is written by merge patch through the subresource.
+    ("cache.example.com", "memcacheds/status", &["patch"]),
+    // Its cache lists and watches them; server-side apply is a patch, and one that creates
+    // the Deployment is authorized as a create as well.
+    ("apps", "deployments", &["create", "list", "patch", "watch"]),
+    // Its cache lists and watches the memcached Pods, for the status's Pod names.
+    ("", "pods", &["list", "watch"]),
+    // Events are created, and a repeated one is patched (its series count).
+    ("events.k8s.io", "events", &["create", "patch"]),
+];
+
+/// The leader election Role: the elector reads, creates and replaces its Lease.
+const LEADER_ELECTION_RULES: &[(&str, &str, &[&str])] = &[(
+    "coordination.k8s.io",
+    "leases",
+    &["create", "get", "update"],
+)];
+
+/// The lease name the binary elects on.
+const LEASE: &str = "86f835c3.example.com";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// `kubectl kustomize dir`, parsed into one JSON value per object.
+fn render(kubectl: &Kubectl, dir: &Path) -> Vec<Value> {
+    let yaml = kubectl.run(&["kustomize", dir.to_str().unwrap()]);
+    serde_saphyr::from_multiple::<Value>(&yaml)
+        .unwrap_or_else(|e| panic!("kubectl kustomize {} gave bad YAML: {e}", dir.display()))
+}
+
+fn str_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
+    value.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The one object of `kind` named `name`.
+fn find<'o>(objects: &'o [Value], kind: &str, name: &str) -> &'o Value {
+    let mut found = objects
+        .iter()
+        .filter(|o| str_at(o, "/kind") == kind && str_at(o, "/metadata/name") == name);
+    let one = found
+        .next()
+        .unwrap_or_else(|| panic!("no {kind} {name} among {}", inventory(objects).join(", ")));
+    assert!(found.next().is_none(), "two {kind} {name}");
+    one
+}
+
+/// `kind namespace/name` of every object, sorted.
+fn inventory(objects: &[Value]) -> Vec<String> {
+    let mut all: Vec<String> = objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{} {}/{}",
+                str_at(o, "/kind"),
+                str_at(o, "/metadata/namespace"),
+                str_at(o, "/metadata/name")
+            )
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+/// A role's rules as (apiGroup, resource, verb) triples, so that the same grants written
+/// in another grouping compare equal.
+fn grants(rules: &Value) -> BTreeSet<(String, String, String)> {
+    let strings = |v: &Value, key: &str| -> Vec<String> {
+        v[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("a rule without {key}: {v}"))
+            .iter()
+            .map(|s| s.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut all = BTreeSet::new();
+    for rule in rules.as_array().unwrap() {
+        assert!(
+            rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none(),
+            "unexpected rule shape: {rule}"
+        );
+        for group in strings(rule, "apiGroups") {
+            for resource in strings(rule, "resources") {
+                for verb in strings(rule, "verbs") {
+                    all.insert((group.clone(), resource.clone(), verb));
+                }
+            }
+        }
+    }
+    all
+}
+
+fn expected(rules: &[(&str, &str, &[&str])]) -> BTreeSet<(String, String, String)> {
+    rules
+        .iter()
+        .flat_map(|(group, resource, verbs)| {
+            verbs
+                .iter()
+                .map(|verb| (group.to_string(), resource.to_string(), verb.to_string()))
+        })
+        .collect()
+}
+
+/// Deletes what a test made outside its namespace (and the namespace, and scratch
+/// directories) when dropped, also when the test fails halfway.
+struct Cleanup<'k> {
+    kubectl: &'k Kubectl,
+    /// `kind/name` of cluster-scoped objects, and `namespace/<name>` for namespaces.
+    objects: Vec<String>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        // A Memcached keeps our finalizer when the operator stopped before it: release it,
+        // or its namespace would never finish terminating.
+        for object in &self.objects {
+            let Some(ns) = object.strip_prefix("namespace/") else {
+                continue;
+            };
+            let listed = self
+                .kubectl
+                .try_run(&["-n", ns, "get", "memcacheds", "-o", "name"], None);
+            for mc in listed.unwrap_or_default().lines() {
+                let _ = self.kubectl.try_run(
+                    &[
+                        "-n",
+                        ns,
+                        "patch",
+                        mc,
+                        "--type=merge",
+                        "-p",
+                        r#"{"metadata":{"finalizers":null}}"#,
+                    ],
+                    None,
+                );
+            }
+        }
+        for object in self.objects.iter().rev() {
+            let _ = self.kubectl.try_run(
+                &["delete", object, "--ignore-not-found", "--wait=false"],
+                None,
+            );
+        }
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Runs a program to completion; panics with its stderr if it fails.
+fn run(program: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+#[ignore = "needs cluster"]
+fn config_default_renders_and_the_api_server_accepts_it_as_make_deploy_applies_it() {
+    let kubectl = Kubectl::from_env();
+    let root = repo_root();
+    let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(unique("deploy"));
+    let ns = unique("mc-deploy");
+    kubectl.run(&["create", "namespace", &ns]);
+    let _cleanup = Cleanup {
+        kubectl: &kubectl,
+        objects: vec![format!("namespace/{ns}")],
+        dirs: vec![scratch.clone()],
+    };
+
+    // config/default: the kubebuilder layout, prefixed and in its own namespace.
+    let objects = render(&kubectl, &root.join("config/default"));
+    let system = "memcached-operator-system";
+    let p = |name: &str| format!("memcached-operator-{name}");
+    assert_eq!(
+        inventory(&objects),
+        [
+            format!("ClusterRole /{}", p("manager-role")),
+            format!("ClusterRoleBinding /{}", p("manager-rolebinding")),
+            "CustomResourceDefinition /memcacheds.cache.example.com".to_owned(),
+            format!("Deployment {system}/{}", p("controller-manager")),
+            format!(
+                "MutatingWebhookConfiguration /{}",
+                p("mutating-webhook-configuration")
+            ),
+            format!("Namespace /{system}"),
+            format!("Role {system}/{}", p("leader-election-role")),
+            format!("RoleBinding {system}/{}", p("leader-election-rolebinding")),
+            format!(
+                "Service {system}/{}",
+                p("controller-manager-metrics-service")
+            ),
+            format!("Service {system}/{}", p("webhook-service")),
+            format!("ServiceAccount {system}/{}", p("controller-manager")),
+            format!(
+                "ValidatingWebhookConfiguration /{}",
+                p("validating-webhook-configuration")
+            ),
+        ]
+    );
+    // The committed CRD, unchanged by the prefix.
+    let crd = find(
+        &objects,
+        "CustomResourceDefinition",
+        "memcacheds.cache.example.com",
+    );
+    let committed: Value = serde_saphyr::from_str(&memcached_operator::crd_yaml()).unwrap();
+    assert_eq!(crd, &committed);
+
+    // The manager: restricted, probed, with its flags, metrics and webhook ports.
+    let deployment = find(&objects, "Deployment", &p("controller-manager"));
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["name"], "manager");
+    assert_eq!(container["image"], "controller:latest");
+    assert_eq!(
+        container["args"],
+        json!([
+            "--leader-elect",
+            "--health-probe-bind-address=:8081",
+            "--metrics-bind-address=:8080"
+        ])
+    );
+    assert_eq!(
+        container["env"],
+        json!([{"name": "MEMCACHED_IMAGE", "value": memcached_operator::DEFAULT_IMAGE}])
+    );
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["runAsNonRoot"], true);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert_eq!(pod["terminationGracePeriodSeconds"], 10);
+    assert_eq!(pod["serviceAccountName"], p("controller-manager"));
+    let port = |name: &str| {
+        container["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|port| port["name"] == name)
+            .unwrap_or_else(|| panic!("no port {name}: {}", container["ports"]))["containerPort"]
+            .clone()
+    };
+    assert_eq!(
+        (port("metrics"), port("health"), port("webhook-server")),
+        (json!(8080), json!(8081), json!(9443))
+    );
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        assert_eq!(container[probe]["httpGet"]["path"], path);
+        assert_eq!(container[probe]["httpGet"]["port"], "health");
+    }
+
+    // The webhooks call the prefixed Service in the operator's namespace, on the paths the
+    // operator serves, and the Service forwards 443 to the webhook port.
+    let service = find(&objects, "Service", &p("webhook-service"));
+    assert_eq!(
+        (
+            &service["spec"]["ports"][0]["port"],
+            &service["spec"]["ports"][0]["targetPort"]
+        ),
+        (&json!(443), &json!(9443))
+    );
+    for (kind, name, path) in [
+        (
+            "MutatingWebhookConfiguration",
+            p("mutating-webhook-configuration"),
+            "/mutate-cache-example-com-v1alpha1-memcached",
+        ),
+        (
+            "ValidatingWebhookConfiguration",
+            p("validating-webhook-configuration"),
+            "/validate-cache-example-com-v1alpha1-memcached",
+        ),
+    ] {
+        let webhook = &find(&objects, kind, &name)["webhooks"][0];
+        assert_eq!(
+            webhook["clientConfig"]["service"],
+            json!({"name": p("webhook-service"), "namespace": system, "path": path}),
+            "{kind}"
+        );
+        assert_eq!(webhook["rules"][0]["resources"], json!(["memcacheds"]));
+        assert_eq!(webhook["failurePolicy"], "Fail");
+    }
+
+    // What `make deploy IMG=...` applies: the overlay config/deploy-overlay.sh writes.
+    let image = "registry.example.com:5000/memcached-operator:v0.1.0";
+    let overlay = scratch.join("deploy");
+    run(
+        root.join("config/deploy-overlay.sh").to_str().unwrap(),
+        &[image, overlay.to_str().unwrap()],
+    );
+    let deployed = render(&kubectl, &overlay);
+    let deployment = find(&deployed, "Deployment", &p("controller-manager"));
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["containers"][0]["image"], image);
+    // The certificate Secret, where the manager mounts it from.
+    let secret_name = pod["volumes"][0]["secret"]["secretName"].as_str().unwrap();
+    let secret = find(&deployed, "Secret", secret_name);
+    assert_eq!(secret["metadata"]["namespace"], system);
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    // Base64, folded over lines as kustomize writes long values.
+    let b64 = |v: &Value| {
+        let text: String = v.as_str().unwrap().split_whitespace().collect();
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .unwrap()
+    };
+    std::fs::write(scratch.join("served.crt"), b64(&secret["data"]["tls.crt"])).unwrap();
+    // Each webhook configuration trusts the served certificate, which names the Service.
+    let dns = format!("DNS:{}.{system}.svc", p("webhook-service"));
+    let names = run(
+        "openssl",
+        &[
+            "x509",
+            "-noout",
+            "-ext",
+            "subjectAltName",
+            "-in",
+            scratch.join("served.crt").to_str().unwrap(),
+        ],
+    );
+    assert!(names.split([',', ' ', '\n']).any(|n| n == dns), "{names}");
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let name = p(&format!(
+            "{}-webhook-configuration",
+            kind.trim_end_matches("WebhookConfiguration").to_lowercase()
+        ));
+        let config = find(&deployed, kind, &name);
+        let ca = scratch.join(format!("{kind}.ca"));
+        std::fs::write(&ca, b64(&config["webhooks"][0]["clientConfig"]["caBundle"])).unwrap();
+        run(
+            "openssl",
+            &[
+                "verify",
+                "-CAfile",
+                ca.to_str().unwrap(),
+                scratch.join("served.crt").to_str().unwrap(),
+            ],
+        );
+    }
+
+    // The API server accepts all of it. A server-side dry run creates nothing, not even the
+    // Namespace, so the namespaced objects would find no namespace: apply it into the test's
+    // own (real) namespace instead, through one more overlay that only sets it.
+    let into_test_ns = scratch.join("into-test-namespace");
+    std::fs::create_dir_all(&into_test_ns).unwrap();
+    std::fs::write(
+        into_test_ns.join("kustomization.yaml"),
+        format!("resources:\n- ../deploy\nnamespace: {ns}\n"),
+    )
+    .unwrap();
+    let applied = kubectl.run(&[
+        "apply",
+        "--dry-run=server",
+        "-k",
+        into_test_ns.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        applied.matches("(server dry run)").count(),
+        deployed.len(),
+        "{applied}"
+    );
+
+    // The manager's Pod is admitted where the restricted Pod Security Standard is enforced
+    // (its service account left out: the dry run did not create it).
+    kubectl.run(&[
+        "label",
+        "namespace",
+        &ns,
+        "pod-security.kubernetes.io/enforce=restricted",
+    ]);
+    let mut spec = pod.clone();
+    spec.as_object_mut().unwrap().remove("serviceAccountName");
+    let manager_pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "manager", "namespace": ns},
+        "spec": spec,
+    });
+    kubectl
+        .try_run(
+            &["create", "--dry-run=server", "-f", "-"],
+            Some(&manager_pod.to_string()),
+        )
+        .unwrap_or_else(|e| panic!("the manager's Pod is not restricted: {e}"));
+}
+
+#[test]
+#[ignore = "needs cluster"]
+fn the_rendered_roles_grant_exactly_the_expected_rules() {
+    let kubectl = Kubectl::from_env();
+    let objects = render(&kubectl, &repo_root().join("config/default"));
+    let manager = find(&objects, "ClusterRole", "memcached-operator-manager-role");
+    assert_eq!(grants(&manager["rules"]), expected(MANAGER_RULES));
+    let leader = find(&objects, "Role", "memcached-operator-leader-election-role");
+    assert_eq!(grants(&leader["rules"]), expected(LEADER_ELECTION_RULES));
+    // Bound to the manager's service account, and nothing else is granted.
+    let account = json!([{
+        "kind": "ServiceAccount",
+        "name": "memcached-operator-controller-manager",
+        "namespace": "memcached-operator-system",
+    }]);
+    for (kind, name, role) in [
+        (
+            "ClusterRoleBinding",
+            "memcached-operator-manager-rolebinding",
+            "memcached-operator-manager-role",
+        ),
+        (
+            "RoleBinding",
+            "memcached-operator-leader-election-rolebinding",
+            "memcached-operator-leader-election-role",
+        ),
+    ] {
+        let binding = find(&objects, kind, name);
+        assert_eq!(binding["subjects"], account, "{kind}");
+        assert_eq!(binding["roleRef"]["name"], role, "{kind}");
+    }
+    let rbac: Vec<String> = inventory(&objects)
+        .into_iter()
+        .filter(|o| {
+            let kind = o.split(' ').next().unwrap_or_default();
+            kind.ends_with("Role") || kind.ends_with("RoleBinding")
+        })
+        .collect();
+    assert_eq!(
+        rbac,
+        [
+            "ClusterRole /memcached-operator-manager-role",
+            "ClusterRoleBinding /memcached-operator-manager-rolebinding",
+            "Role memcached-operator-system/memcached-operator-leader-election-role",
+            "RoleBinding memcached-operator-system/memcached-operator-leader-election-rolebinding",
+        ],
+        "no other role or binding"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn the_operator_converges_a_memcached_with_only_the_rendered_rbac() {
+    let kubectl = Kubectl::from_env();
+    let admin = cluster::client();
+    memcached_operator::install_crd(&admin, CONVERGE)
+        .await
+        .unwrap();
+    let ns = create_namespace(&admin, "mc-rbac").await;
+    let role = unique("mc-rbac-manager-role");
+    let mut cleanup = Cleanup {
+        kubectl: &kubectl,
+        objects: vec![format!("namespace/{ns}")],
+        dirs: Vec::new(),
+    };
+
+    // A service account with the rendered roles: a uniquely named copy of the ClusterRole,
+    // bound cluster-wide, and the leader election Role in the test namespace.
+    let objects = render(&kubectl, &repo_root().join("config/rbac"));
+    let manager_rules = find(&objects, "ClusterRole", "manager-role")["rules"].clone();
+    let leader_rules = find(&objects, "Role", "leader-election-role")["rules"].clone();
+    let account = "memcached-operator";
+    let subject = json!([{"kind": "ServiceAccount", "name": account, "namespace": ns}]);
+    cleanup.objects.push(format!("clusterrole/{role}"));
+    cleanup.objects.push(format!("clusterrolebinding/{role}"));
+    let rbac_group = "rbac.authorization.k8s.io";
+    let rbac_v1 = format!("{rbac_group}/v1");
+    let role_ref =
+        |kind: &str, name: &str| json!({"apiGroup": rbac_group, "kind": kind, "name": name});
+    let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": account, "namespace": ns}},
+        {"apiVersion": rbac_v1, "kind": "ClusterRole",
+         "metadata": {"name": role}, "rules": manager_rules},
+        {"apiVersion": rbac_v1, "kind": "ClusterRoleBinding",
+         "metadata": {"name": role}, "subjects": subject,
+         "roleRef": role_ref("ClusterRole", &role)},
+        {"apiVersion": rbac_v1, "kind": "Role",
+         "metadata": {"name": "leader-election", "namespace": ns}, "rules": leader_rules},
+        {"apiVersion": rbac_v1, "kind": "RoleBinding",
+         "metadata": {"name": "leader-election", "namespace": ns}, "subjects": subject,
+         "roleRef": role_ref("Role", "leader-election")},
+    ]});
+    kubectl.apply(&rbac.to_string());
+    let who = format!("--as=system:serviceaccount:{ns}:{account}");
+    assert_eq!(
+        kubectl.try_run(
+            &[
+                "auth",
+                "can-i",
+                "list",
+                "memcacheds.cache.example.com",
+                "-A",
+                &who
+            ],
+            None
+        ),
+        Ok("yes\n".to_owned()),
+        "the ClusterRole is bound cluster-wide"
+    );
+    let token = kubectl.run(&["-n", &ns, "create", "token", account, "--duration=1h"]);
+    let mut config = cluster::config();
+    config.identity = None;
+    config.auth = Auth::Bearer(Token::new(token.trim().to_owned()));
+
+    // The operator as the binary runs it, but for its cache scoped to the test namespace (so
+    // that it leaves other tests' resources alone) and its servers on free local ports.
+    let options = ManagerOptions {
+        cache: memcached_operator::cache_selectors(CacheOptions {
+            namespaces: vec![ns.clone()],
+            ..CacheOptions::default()
+        }),
+        leader_election: Some(LeaderElectionConfig::new(LEASE, ns.clone())),
+        health_probe_bind_address: Some("127.0.0.1:0".parse().unwrap()),
+        ..ManagerOptions::default()
+    };
+    let manager = Manager::with_config(config, options).unwrap();
+    memcached_operator::setup(&manager, memcached_operator::DEFAULT_IMAGE).unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            manager
+                .run_until(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        })
+    };
+
+    // Ready: its caches synced (list, watch); and it leads (the Lease, read and created).
+    let probes = manager.probe_addr().await.unwrap();
+    wait_until("the manager is ready", CONVERGE, async || {
+        let (code, body) = http_get(probes, "/readyz?verbose").await;
+        (code == 200).then_some(()).ok_or(format!("{code} {body}"))
+    })
+    .await;
+    let leases = Api::<Lease>::namespaced(admin.clone(), &ns);
+    let renewed = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone());
+    let first = wait_until("the lease is taken", CONVERGE, async || {
+        let lease = leases.get_opt(LEASE).await.map_err(|e| e.to_string())?;
+        lease
+            .filter(|l| renewed(l).is_some())
+            .ok_or("no lease yet".to_owned())
+    })
+    .await;
+
+    // A Memcached converges: finalizer patched in, Deployment applied at its size, status
+    // patched to Available, an event recorded.
+    let memcacheds = Api::<Memcached>::namespaced(admin.clone(), &ns);
+    let spec = MemcachedSpec {
+        size: Some(2),
+        container_port: 11211,
+        image: None,
+    };
+    memcacheds
+        .create(&PostParams::default(), &Memcached::new("cache", spec))
+        .await
+        .unwrap();
+    let deployments = Api::<Deployment>::namespaced(admin.clone(), &ns);
+    let deployment = wait_until("the deployment is applied", CONVERGE, async || {
+        let d = deployments
+            .get_opt("cache")
+            .await
+            .map_err(|e| e.to_string())?;
+        match d {
+            Some(d) => Ok(d),
+            // The status says why (a refused write is reported as Degraded).
+            None => Err(format!(
+                "{:?}",
+                memcacheds.get("cache").await.map(|m| m.status)
+            )),
+        }
+    })
+    .await;
+    assert_eq!(deployment.spec.unwrap().replicas, Some(2));
+    let mc = wait_until("the memcached is available", CONVERGE, async || {
+        let mc = memcacheds.get("cache").await.map_err(|e| e.to_string())?;
+        let status = mc.status.clone().unwrap_or_default();
+        let available = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == condition::AVAILABLE && c.status == "True");
+        (available && status.ready_replicas == Some(2) && status.nodes.len() == 2)
+            .then_some(mc.clone())
+            .ok_or(format!("{:?}", mc.status))
+    })
+    .await;
+    assert!(
+        mc.metadata
+            .finalizers
+            .unwrap()
+            .contains(&FINALIZER.to_owned())
+    );
+    let events = Api::<Event>::namespaced(admin.clone(), &ns);
+    let reasons = async |want: &str| {
+        let list = events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let reasons: Vec<String> = list.items.iter().filter_map(|e| e.reason.clone()).collect();
+        reasons
+            .iter()
+            .any(|r| r == want)
+            .then_some(())
+            .ok_or(format!("{reasons:?}"))
+    };
+    wait_until("the Created event", CONVERGE, async || {
+        reasons("Created").await
+    })
+    .await;
+
+    // The lease is renewed (replaced) while it leads.
+    wait_until("the lease is renewed", CONVERGE, async || {
+        let lease = leases.get(LEASE).await.map_err(|e| e.to_string())?;
+        (renewed(&lease) != renewed(&first))
+            .then_some(())
+            .ok_or(format!("{:?}", renewed(&lease)))
+    })
+    .await;
+
+    // Deletion: the finalizer is patched away, with a Deleting event.
+    memcacheds
+        .delete("cache", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until("the memcached is gone", CONVERGE, async || match memcacheds
+        .get_opt("cache")
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        None => Ok(()),
+        Some(mc) => Err(format!("{:?}", mc.metadata.finalizers)),
+    })
+    .await;
+    wait_until("the Deleting event", CONVERGE, async || {
+        reasons("Deleting").await
+    })
+    .await;
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
