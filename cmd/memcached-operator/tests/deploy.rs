@@ -273,7 +273,10 @@ fn config_default_renders_and_the_api_server_accepts_it_as_make_deploy_applies_i
     );
     assert_eq!(
         container["env"],
-        json!([{"name": "MEMCACHED_IMAGE", "value": memcached_operator::DEFAULT_IMAGE}])
+        json!([
+            {"name": "ENABLE_WEBHOOKS", "value": "true"},
+            {"name": "MEMCACHED_IMAGE", "value": memcached_operator::DEFAULT_IMAGE}
+        ])
     );
     let security = &container["securityContext"];
     assert_eq!(security["readOnlyRootFilesystem"], true);
