@@ -10,12 +10,13 @@
 //
 //   - the rest config comes from ctrl.GetConfig (-kubeconfig, KUBECONFIG, ...), which sets
 //     QPS -1: no client-side rate limit (controller-runtime relies on the server's priority
-//     and fairness). A no-op reconciler reading the cache makes no requests anyway: the run is one
-//     discovery request, one WatchList (or LIST) and one watch.
+//     and fairness). A no-op reconciler reading the cache makes no requests anyway: the run is
+//     one discovery request (for the REST mapper) and one WatchList.
 //   - built-in kinds are listed and watched as protobuf;
 //   - managedFields are kept in the cache (no DefaultTransform); -strip sets
 //     cache.TransformStripManagedFields, as ours does by default;
-//   - one worker, controller-runtime's priority queue (on by default since v0.22).
+//   - one worker, controller-runtime's priority queue (on by default; -classic-queue uses
+//     client-go's rate-limiting queue instead, for diagnosis).
 //
 // The reconciler reads the object from the manager's client, which reads the cache (a deep
 // copy, as every real reconciler gets), and counts distinct keys. When the count reaches
@@ -44,6 +45,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
@@ -61,11 +63,12 @@ func main() {
 	settle := flag.Duration("settle", 200*time.Millisecond, "wait after the last reconcile before reading the resident memory (runtime-bench waits as long)")
 	timeout := flag.Duration("timeout", 120*time.Second, "give up if not every ConfigMap was reconciled by then")
 	strip := flag.Bool("strip", false, "strip managedFields in the cache (cache.TransformStripManagedFields), as ours does by default")
+	classicQueue := flag.Bool("classic-queue", false, "use client-go's rate-limiting workqueue instead of controller-runtime's default priority queue (for diagnosis; the harness does not)")
 	flag.Parse()
 
 	out, err := run(options{
 		namespace: *namespace, expect: *expect,
-		settle: *settle, timeout: *timeout, strip: *strip,
+		settle: *settle, timeout: *timeout, strip: *strip, classicQueue: *classicQueue,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "runtime-peer:", err)
@@ -86,10 +89,10 @@ func main() {
 }
 
 type options struct {
-	namespace       string
-	expect          int
-	settle, timeout time.Duration
-	strip           bool
+	namespace           string
+	expect              int
+	settle, timeout     time.Duration
+	strip, classicQueue bool
 }
 
 type outcome struct {
@@ -178,9 +181,11 @@ func run(o options) (outcome, error) {
 	}
 	built := time.Since(started)
 	counter := newCounter()
-	if err := ctrl.NewControllerManagedBy(mgr).
-		For(&corev1.ConfigMap{}).
-		Complete(&reconciler{client: mgr.GetClient(), counter: counter}); err != nil {
+	builder := ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{})
+	if o.classicQueue {
+		builder = builder.WithOptions(controller.Options{UsePriorityQueue: new(false)})
+	}
+	if err := builder.Complete(&reconciler{client: mgr.GetClient(), counter: counter}); err != nil {
 		return outcome{}, fmt.Errorf("building the controller: %w", err)
 	}
 
