@@ -17,7 +17,7 @@ export TESTENV_KUBECONFIG := $(KUBECONFIG_TESTENV)
 export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
 .PHONY: all demo test test-unit test-cluster lint fmt cluster cluster-down cluster-status \
-	testenv bench bench-decode bench-queue bench-informer protoschema manifests \
+	testenv bench bench-decode bench-queue bench-informer bench-runtime protoschema manifests \
 	install uninstall run deploy undeploy
 
 all: lint test-unit
@@ -138,3 +138,9 @@ bench-queue:
 ## `informer sync ours/client-go: X.XX, bytes per object ours/client-go: Y.YY`. See BENCHMARKS.md
 bench-informer:
 	python3 benches/bench-informer.py
+
+## bench-runtime: our manager against controller-runtime's, a no-op controller over 10,000
+## ConfigMaps on the local cluster (starts it if needed, seeds, 7 rounds); last line
+## `runtime ours/controller-runtime: start-to-all-reconciled X.XX, rss Y.YY`. See BENCHMARKS.md
+bench-runtime:
+	python3 benches/bench-runtime.py

@@ -26,11 +26,13 @@ pub const fn chunk_size(size: usize) -> usize {
 }
 
 /// The system allocator, plus a count of the bytes its live allocations occupy, each
-/// counted as the malloc chunk it takes ([`chunk_size`]), not the size requested.
+/// counted as the malloc chunk it takes ([`chunk_size`]), not the size requested, and a
+/// count of the allocations made.
 ///
 /// Install it in a binary with `#[global_allocator]`; [`live_bytes`](Self::live_bytes) then
-/// reads the heap in use. One relaxed atomic add per allocation and per free is its whole
-/// cost.
+/// reads the heap in use, and [`allocations`](Self::allocations) how many allocations (and
+/// reallocations) were ever made. Two relaxed atomic adds per allocation and one per free are
+/// its whole cost.
 ///
 /// ```
 /// use informer_bench::ChunkCountingAlloc;
@@ -41,6 +43,7 @@ pub const fn chunk_size(size: usize) -> usize {
 #[derive(Debug, Default)]
 pub struct ChunkCountingAlloc {
     live: AtomicUsize,
+    allocations: AtomicUsize,
 }
 
 impl ChunkCountingAlloc {
@@ -48,12 +51,24 @@ impl ChunkCountingAlloc {
     pub const fn new() -> Self {
         Self {
             live: AtomicUsize::new(0),
+            allocations: AtomicUsize::new(0),
         }
     }
 
     /// Bytes occupied by allocations made and not yet freed, in malloc chunks.
     pub fn live_bytes(&self) -> usize {
         self.live.load(Ordering::Relaxed)
+    }
+
+    /// Allocations and reallocations made so far, by every thread: the difference over a
+    /// stretch of code tells whether it allocated at all.
+    pub fn allocations(&self) -> usize {
+        self.allocations.load(Ordering::Relaxed)
+    }
+
+    fn counted(&self, bytes: usize) {
+        self.live.fetch_add(bytes, Ordering::Relaxed);
+        self.allocations.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -65,8 +80,7 @@ unsafe impl GlobalAlloc for ChunkCountingAlloc {
         // SAFETY: forwarded as is; the caller upholds `GlobalAlloc::alloc`'s contract.
         let ptr = unsafe { System.alloc(layout) };
         if !ptr.is_null() {
-            self.live
-                .fetch_add(chunk_size(layout.size()), Ordering::Relaxed);
+            self.counted(chunk_size(layout.size()));
         }
         ptr
     }
@@ -75,8 +89,7 @@ unsafe impl GlobalAlloc for ChunkCountingAlloc {
         // SAFETY: as for `alloc`.
         let ptr = unsafe { System.alloc_zeroed(layout) };
         if !ptr.is_null() {
-            self.live
-                .fetch_add(chunk_size(layout.size()), Ordering::Relaxed);
+            self.counted(chunk_size(layout.size()));
         }
         ptr
     }
@@ -92,7 +105,7 @@ unsafe impl GlobalAlloc for ChunkCountingAlloc {
         // SAFETY: `ptr` came from `System` with `layout`; the caller upholds the rest.
         let new = unsafe { System.realloc(ptr, layout, new_size) };
         if !new.is_null() {
-            self.live.fetch_add(chunk_size(new_size), Ordering::Relaxed);
+            self.counted(chunk_size(new_size));
             self.live
                 .fetch_sub(chunk_size(layout.size()), Ordering::Relaxed);
         }

@@ -10,11 +10,14 @@
 //!   typed objects, no informer.
 //! * [`informer_sync`] — a fresh informer from start to synced, and the heap it then holds,
 //!   with or without `managedFields` stripped by its transform.
-//! * [`BenchObject`] — what both measurements are generic over: a representation of a
+//! * [`typed_reads`] — an informer of `Raw<K>` (the runtime's cache) synced, then every
+//!   object read twice through the typed path ([`Raw::typed`](controller_runtime::client::Raw::typed)):
+//!   the bytes per object after the first read, and proof that the second decodes nothing.
+//! * [`BenchObject`] — what the measurements are generic over: a representation of a
 //!   namespaced kind. `main.rs` picks the type in one `match`; a second representation of
 //!   ConfigMaps is one more arm.
 //! * [`ChunkCountingAlloc`] — the global allocator that counts live bytes as glibc's malloc
-//!   chunks ([`chunk_size`]), comparable with Go's `HeapAlloc`.
+//!   chunks ([`chunk_size`]), comparable with Go's `HeapAlloc`, and the allocations made.
 //!
 //! ```text
 //!  main.rs ── seed ──▶ seed() ──▶ creates ──▶ kube-apiserver
@@ -53,5 +56,8 @@ mod measure;
 mod seed;
 
 pub use alloc::{ChunkCountingAlloc, chunk_size};
-pub use measure::{BenchObject, ListOutcome, SyncOutcome, SyncParams, informer_sync, paged_list};
+pub use measure::{
+    BenchObject, ListOutcome, SyncOutcome, SyncParams, TypedReadsOutcome, informer_sync,
+    paged_list, typed_reads,
+};
 pub use seed::{LABEL, SeedParams, configmap, configmap_name, pod, pod_name, seed};

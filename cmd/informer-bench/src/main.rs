@@ -11,6 +11,7 @@ use controller_runtime::client::{Api, Client, ClientOptions, ListParams, RateLim
 use controller_runtime::config::{Config, KubeconfigOptions};
 use informer_bench::{
     BenchObject, ChunkCountingAlloc, SeedParams, SyncParams, informer_sync, paged_list, seed,
+    typed_reads,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use serde_json::{Value, json};
@@ -53,7 +54,8 @@ enum Command {
         #[arg(long, default_value_t = 1_000.0)]
         qps: f64,
     },
-    /// Measure once: paged LIST, then an informer per kind, with and without managedFields.
+    /// Measure once: paged LIST, then an informer per kind, with and without managedFields;
+    /// with `--repr raw`, also typed reads of every cached ConfigMap, twice.
     Run {
         /// Items per page of the paged LIST.
         #[arg(long, default_value_t = 500)]
@@ -122,6 +124,9 @@ enum Measure {
     List,
     /// A fresh informer to synced; the heap it holds.
     Informer { strip: bool },
+    /// A fresh informer of `Raw<K>`, managedFields stripped (the runtime's cache), synced;
+    /// then every object read twice through the typed path. `--repr raw` only.
+    TypedReads,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -131,8 +136,9 @@ struct Workload {
 }
 
 impl Workload {
-    /// Every workload, in the order they run; the Go peer runs the same.
-    const ALL: [Workload; 5] = [
+    /// Every workload, in the order they run; the Go peer runs the same but the last, which
+    /// only `Raw` has.
+    const ALL: [Workload; 6] = [
         Workload {
             kind: Kind::ConfigMaps,
             measure: Measure::List,
@@ -153,6 +159,10 @@ impl Workload {
             kind: Kind::Pods,
             measure: Measure::Informer { strip: true },
         },
+        Workload {
+            kind: Kind::ConfigMaps,
+            measure: Measure::TypedReads,
+        },
     ];
 
     fn name(&self) -> String {
@@ -160,6 +170,7 @@ impl Workload {
             Measure::List => format!("list/{}", self.kind.as_str()),
             Measure::Informer { strip: false } => format!("informer/{}", self.kind.as_str()),
             Measure::Informer { strip: true } => format!("informer/{}/strip", self.kind.as_str()),
+            Measure::TypedReads => format!("informer/{}/strip/typed-reads", self.kind.as_str()),
         }
     }
 }
@@ -280,6 +291,7 @@ async fn run(client: &Client, params: &RunParams) -> Result<()> {
             .only
             .as_deref()
             .is_some_and(|only| !name.contains(only))
+            || (matches!(workload.measure, Measure::TypedReads) && params.repr != Repr::Raw)
         {
             continue;
         }
@@ -294,6 +306,12 @@ async fn run(client: &Client, params: &RunParams) -> Result<()> {
 /// Runs one workload on the type `params.repr` and `workload.kind` pick. A new
 /// representation is one more arm here and a [`BenchObject`] impl.
 async fn run_workload(client: &Client, params: &RunParams, workload: Workload) -> Result<Value> {
+    if let Measure::TypedReads = workload.measure {
+        return match workload.kind {
+            Kind::ConfigMaps => measure_typed_reads::<ConfigMap>(client, params, workload).await,
+            Kind::Pods => measure_typed_reads::<Pod>(client, params, workload).await,
+        };
+    }
     match (params.repr, workload.kind) {
         (Repr::Typed, Kind::ConfigMaps) => measure::<ConfigMap>(client, params, workload).await,
         (Repr::Typed, Kind::Pods) => measure::<Pod>(client, params, workload).await,
@@ -352,6 +370,72 @@ async fn measure<K: BenchObject>(
             line["heap_bytes"] = outcome.heap_bytes.into();
             line["bytes_per_object"] = outcome.bytes_per_object().into();
         }
+        Measure::TypedReads => unreachable!("run_workload measures typed reads itself"),
     }
     Ok(line)
+}
+
+/// The typed-reads workload: see [`typed_reads`].
+async fn measure_typed_reads<K>(
+    client: &Client,
+    params: &RunParams,
+    workload: Workload,
+) -> Result<Value>
+where
+    K: k8s_openapi::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let name = workload.name();
+    let sync = SyncParams {
+        namespace: params.namespace.clone(),
+        strip_managed_fields: true,
+        settle: params.settle,
+        timeout: params.timeout,
+    };
+    let o = typed_reads::<K>(client, &sync, &ALLOC).await?;
+    let objects = o.sync.objects;
+    let per_object_ns = |d: Duration| d.as_secs_f64() * 1e9 / objects.max(1) as f64;
+    eprintln!(
+        "{:>9} {:<26} {:>8.0} → {:.0} bytes/object; reads {:.0} then {:.0} ns/object; \
+         decoded {}→{}/{objects}, same Arc {}/{objects}, {} allocations in the second read",
+        "ours",
+        name,
+        o.sync.bytes_per_object(),
+        o.bytes_per_object_after_reads(),
+        per_object_ns(o.first_read),
+        per_object_ns(o.second_read),
+        o.decoded_before,
+        o.decoded_after,
+        o.same_arc,
+        o.second_read_allocations,
+    );
+    ensure!(
+        o.decoded_after == objects && o.same_arc == objects,
+        "the typed reads did not keep every decode: {} decoded, {} same Arc, of {objects}",
+        o.decoded_after,
+        o.same_arc
+    );
+    Ok(json!({
+        "impl": "ours",
+        "workload": name,
+        "repr": params.repr.as_str(),
+        "wire": params.wire,
+        "objects": objects,
+        "secs": o.sync.elapsed.as_secs_f64(),
+        "heap_bytes": o.sync.heap_bytes,
+        "bytes_per_object": o.sync.bytes_per_object(),
+        "heap_bytes_after_reads": o.heap_bytes_after_reads,
+        "bytes_per_object_after_reads": o.bytes_per_object_after_reads(),
+        "first_read_secs": o.first_read.as_secs_f64(),
+        "second_read_secs": o.second_read.as_secs_f64(),
+        "first_read_ns_per_object": per_object_ns(o.first_read),
+        "second_read_ns_per_object": per_object_ns(o.second_read),
+        "decoded_before": o.decoded_before,
+        "decoded_after": o.decoded_after,
+        "same_arc": o.same_arc,
+        "second_read_allocations": o.second_read_allocations,
+    }))
 }

@@ -1,12 +1,18 @@
-//! The two measurements, generic over the cached object type: a paged LIST decoded page by
-//! page, and a fresh informer from start to synced, with the heap it holds afterwards.
+//! The measurements, generic over the cached object type: a paged LIST decoded page by
+//! page; a fresh informer from start to synced, with the heap it holds afterwards; and typed
+//! reads of every object a `Raw` informer holds, twice.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use controller_runtime::client::{Api, Client, Error, ListParams, Raw, Result};
+use controller_runtime::informer::{Object, SharedIndexInformer};
 use controller_runtime::informers::{FactoryResource, InformerFactory};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use serde::de::DeserializeOwned;
+
+use crate::ChunkCountingAlloc;
 
 /// A representation of a namespaced kind that the bench can list and cache: anything the
 /// informer factory serves, plus a way to drop `metadata.managedFields`.
@@ -141,45 +147,199 @@ pub async fn informer_sync<K: BenchObject>(
     live_bytes: impl Fn() -> usize,
 ) -> Result<SyncOutcome> {
     let before = live_bytes();
-    let factory = InformerFactory::new(client.clone()).namespace(params.namespace.clone());
-    let informer = factory.informer::<K>();
-    if params.strip_managed_fields {
-        informer
-            .set_transform(K::strip_managed_fields)
-            .expect("the informer has not started");
-    }
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-
-    let start = Instant::now();
-    factory.start(async move {
-        let _ = stopped.await;
-    });
-    let synced = tokio::time::timeout(params.timeout, factory.wait_for_cache_sync()).await;
-    let elapsed = start.elapsed();
-    if !matches!(synced, Ok(true)) {
-        return Err(Error::Timeout {
-            url: format!("{} (informer sync)", client.base_url()),
-            after: params.timeout,
-        });
-    }
-
+    let running = Running::<K>::start(client, params).await?;
     tokio::time::sleep(params.settle).await;
     let after = live_bytes();
-    let objects = informer.get_indexer().len();
-
-    let _ = stop.send(());
-    factory.join().await;
-    drop(informer);
-    drop(factory);
-    // `join` returns once every informer's `run` has; the reflector task it aborted may
-    // still hold the DeltaFIFO, and through it the cache, until a worker drops it. Give it
-    // the settle time, so the next run's baseline does not see the cache freed midway.
-    tokio::time::sleep(params.settle).await;
+    let objects = running.informer.get_indexer().len();
+    let elapsed = running.elapsed;
+    running.stop(params.settle).await;
     Ok(SyncOutcome {
         objects,
         elapsed,
         heap_bytes: after as i64 - before as i64,
     })
+}
+
+/// A started, synced informer, with what stops it.
+struct Running<K> {
+    factory: InformerFactory,
+    informer: Arc<SharedIndexInformer<K>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    /// From starting the factory to synced.
+    elapsed: Duration,
+}
+
+impl<K: BenchObject> Running<K> {
+    /// Makes a fresh factory and informer for `K` (stripping managedFields if asked),
+    /// starts it and waits until it has synced.
+    async fn start(client: &Client, params: &SyncParams) -> Result<Self> {
+        let factory = InformerFactory::new(client.clone()).namespace(params.namespace.clone());
+        let informer = factory.informer::<K>();
+        if params.strip_managed_fields {
+            informer
+                .set_transform(K::strip_managed_fields)
+                .expect("the informer has not started");
+        }
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+
+        let start = Instant::now();
+        factory.start(async move {
+            let _ = stopped.await;
+        });
+        let synced = tokio::time::timeout(params.timeout, factory.wait_for_cache_sync()).await;
+        let elapsed = start.elapsed();
+        if !matches!(synced, Ok(true)) {
+            return Err(Error::Timeout {
+                url: format!("{} (informer sync)", client.base_url()),
+                after: params.timeout,
+            });
+        }
+        Ok(Running {
+            factory,
+            informer,
+            stop,
+            elapsed,
+        })
+    }
+
+    /// Stops the informer, waits for it to end and `settle` more.
+    async fn stop(self, settle: Duration) {
+        let _ = self.stop.send(());
+        self.factory.join().await;
+        drop(self.informer);
+        drop(self.factory);
+        // `join` returns once every informer's `run` has; the reflector task it aborted may
+        // still hold the DeltaFIFO, and through it the cache, until a worker drops it. Give
+        // it the settle time, so the next run's baseline does not see the cache freed midway.
+        tokio::time::sleep(settle).await;
+    }
+}
+
+/// What [`typed_reads`] measured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TypedReadsOutcome {
+    /// The sync, and the heap held after it: bytes per object before any typed read.
+    pub sync: SyncOutcome,
+    /// Heap held after every object was read once (the informer's, not the bench's own
+    /// scratch), minus the heap before the informer was made.
+    pub heap_bytes_after_reads: i64,
+    /// The first typed read of every object: a key lookup and a decode each.
+    pub first_read: Duration,
+    /// The second typed read of every object: a key lookup and the kept `Arc` each.
+    pub second_read: Duration,
+    /// Objects already decoded before the first read (expected: none).
+    pub decoded_before: usize,
+    /// Objects decoded after the first read (expected: all).
+    pub decoded_after: usize,
+    /// Second reads that returned the very `Arc` of the first read (expected: all).
+    pub same_arc: usize,
+    /// Allocations made, by any thread, while the second read ran (expected: none; a decode
+    /// allocates every string and map of the object).
+    pub second_read_allocations: usize,
+}
+
+impl TypedReadsOutcome {
+    /// [`heap_bytes_after_reads`](Self::heap_bytes_after_reads) per cached object.
+    pub fn bytes_per_object_after_reads(&self) -> f64 {
+        self.heap_bytes_after_reads as f64 / self.sync.objects.max(1) as f64
+    }
+}
+
+/// Syncs a fresh informer of `Raw<K>` as [`informer_sync`] does (the runtime's cache), reads
+/// the heap, then reads every cached object through the typed path twice, as a reconciler
+/// reads the cache: the object's key looked up in the lister, then [`Raw::typed`]. The first
+/// read decodes each object and keeps the `Arc<K>` beside its JSON; the second must find it.
+///
+/// The keys and a slot per object for the first read's pointer are allocated before the
+/// first read and subtracted from the heap after it, so the bytes per object after the reads
+/// are the informer's own.
+///
+/// # Errors
+///
+/// As [`informer_sync`]; and the first object that does not decode into `K`.
+///
+/// # Cancel safety
+///
+/// Cancelling stops the informer, without waiting for it to end.
+pub async fn typed_reads<K>(
+    client: &Client,
+    params: &SyncParams,
+    alloc: &ChunkCountingAlloc,
+) -> Result<TypedReadsOutcome>
+where
+    K: k8s_openapi::Resource<Scope = NamespaceResourceScope>
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let before = alloc.live_bytes();
+    let running = Running::<Raw<K>>::start(client, params).await?;
+    tokio::time::sleep(params.settle).await;
+    let after_sync = alloc.live_bytes();
+    let lister = running.informer.lister();
+    let objects = running.informer.get_indexer().len();
+
+    // The bench's scratch: every key, and a slot per object for the first read's pointer.
+    let scratch_before = alloc.live_bytes();
+    let (keys, decoded_before) = {
+        let all = lister.list();
+        let decoded = all.iter().filter(|raw| raw.is_decoded()).count();
+        let keys: Vec<String> = all
+            .iter()
+            .map(|raw| format!("{}/{}", raw.namespace().unwrap_or_default(), raw.name()))
+            .collect();
+        (keys, decoded)
+    };
+    let mut first: Vec<usize> = Vec::with_capacity(keys.len());
+    let scratch = alloc.live_bytes() - scratch_before;
+
+    let start = Instant::now();
+    for key in &keys {
+        if let Some(raw) = lister.get(key) {
+            first.push(Arc::as_ptr(&typed(&raw, key)?) as usize);
+        }
+    }
+    let first_read = start.elapsed();
+    let after_reads = alloc.live_bytes() - scratch;
+    let decoded_after = lister.list().iter().filter(|raw| raw.is_decoded()).count();
+
+    let (mut same_arc, mut slot) = (0, 0);
+    let allocations = alloc.allocations();
+    let start = Instant::now();
+    for key in &keys {
+        if let Some(raw) = lister.get(key) {
+            let typed = typed(&raw, key)?;
+            same_arc += usize::from(first.get(slot) == Some(&(Arc::as_ptr(&typed) as usize)));
+            slot += 1;
+        }
+    }
+    let second_read = start.elapsed();
+    let second_read_allocations = alloc.allocations() - allocations;
+
+    let elapsed = running.elapsed;
+    drop((keys, first, lister));
+    running.stop(params.settle).await;
+    Ok(TypedReadsOutcome {
+        sync: SyncOutcome {
+            objects,
+            elapsed,
+            heap_bytes: after_sync as i64 - before as i64,
+        },
+        heap_bytes_after_reads: after_reads as i64 - before as i64,
+        first_read,
+        second_read,
+        decoded_before,
+        decoded_after,
+        same_arc,
+        second_read_allocations,
+    })
+}
+
+/// [`Raw::typed`], its error in the bench's error type.
+fn typed<K: DeserializeOwned>(raw: &Raw<K>, key: &str) -> Result<Arc<K>> {
+    raw.typed()
+        .map_err(|e| Error::Build(format!("cached {key} does not decode: {e}")))
 }
 
 #[cfg(test)]

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Head-to-head of our runtime against controller-runtime, in one run: `make bench-runtime`.
+
+Builds `runtime-bench` (cmd/runtime-bench, release) and the Go peer
+(benches/clientgo/cmd/runtime-peer, controller-runtime v0.24.1 on client-go v0.36), makes
+sure the real local cluster is up (`make cluster`, which leaves a running cluster alone),
+seeds it (`informer-bench seed`: namespace `bench-informer`, 10,000 ConfigMaps; whatever
+exists is kept), runs each program once to warm up (ours counting the namespace's
+ConfigMaps for the rest), then runs the programs alternately for
+several rounds (ours first in odd rounds, controller-runtime first in even ones, so drift in
+the machine's load hits both alike), takes the median of every figure over the rounds and
+prints a table. The last line is exactly
+
+    runtime ours/controller-runtime: start-to-all-reconciled X.XX, rss Y.YY
+
+where X is our median time from the start of `main` until every ConfigMap of the namespace
+was reconciled once, divided by controller-runtime's, and Y our median resident memory
+(VmRSS) after the run divided by controller-runtime's; lower is better for both.
+
+Each program is a manager with one controller `For` ConfigMaps and a no-op reconciler that
+reads the object from the cache and counts distinct keys, the cache limited to the
+namespace, no metrics, probes or leader election. Each prints one line on stdout the moment
+every key has been reconciled (the harness timestamps it, for the time from spawning the
+process, Go's runtime and package initialisation included), then one JSON line with its own
+figures. controller-runtime runs twice per round: as its users get it (managedFields kept in
+the cache; the last line compares against this one) and with
+`cache.TransformStripManagedFields`, as our cache does by default.
+
+Every JSON line of every round is kept in target/bench-runtime/rounds.jsonl.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT_DIR = os.path.join(ROOT, "target", "bench-runtime")
+OURS = os.path.join(ROOT, "target", "release", "runtime-bench")
+SEEDER = os.path.join(ROOT, "target", "release", "informer-bench")
+THEIRS = os.path.join(OUT_DIR, "runtime-peer")
+KUBECONFIG = os.path.join(ROOT, "target", "testenv", "kubeconfig")
+PEER = "controller-runtime"
+IMPLS = ["ours", PEER, f"{PEER}/strip"]
+# Targets: ours at most this fraction of controller-runtime's, for both figures.
+TARGET = 0.5
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def build():
+    log("bench-runtime: building runtime-bench and informer-bench (release) and the Go peer")
+    subprocess.run(
+        ["cargo", "build", "--release", "--quiet", "-p", "runtime-bench", "-p", "informer-bench"],
+        cwd=ROOT, check=True,
+    )
+    os.makedirs(OUT_DIR, exist_ok=True)
+    subprocess.run(
+        ["go", "build", "-trimpath", "-o", THEIRS, "./cmd/runtime-peer"],
+        cwd=os.path.join(ROOT, "benches", "clientgo"),
+        check=True,
+    )
+
+
+def ensure_cluster():
+    log("bench-runtime: making sure the local cluster runs (make cluster)")
+    subprocess.run(["make", "--no-print-directory", "cluster"], cwd=ROOT, check=True,
+                   stdout=sys.stderr)
+
+
+def seed(opts):
+    log("bench-runtime: seeding (existing objects are kept)")
+    subprocess.run(
+        [SEEDER, "--kubeconfig", opts.kubeconfig, "--namespace", opts.namespace, "seed",
+         "--configmaps", str(opts.configmaps), "--pods", "0"],
+        check=True,
+    )
+
+
+def run(name, opts, expect):
+    """One run of one program: its JSON record, with `wall_secs` (spawn to the moment it
+    said every key was reconciled) added. With `expect` 0 the program waits for as many keys
+    as its cache holds once synced."""
+    if name == "ours":
+        cmd = [OURS, "--kubeconfig", opts.kubeconfig, "--namespace", opts.namespace,
+               "--expect", str(expect)]
+    else:
+        cmd = [THEIRS, "-kubeconfig", opts.kubeconfig, "-namespace", opts.namespace,
+               "-expect", str(expect)]
+        if name.endswith("/strip"):
+            cmd.append("-strip")
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    wall = None
+    record = None
+    for line in proc.stdout:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        if msg.get("event") == "reconciled":
+            wall = time.perf_counter() - start
+        elif "impl" in msg:
+            record = msg
+    if proc.wait() != 0 or record is None:
+        raise SystemExit(f"bench-runtime: {name} failed (exit {proc.returncode})")
+    record["wall_secs"] = wall
+    record["reconcile_secs"] = record["secs"] - record["synced_secs"]
+    return record
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def fmt_ms(secs):
+    return "—" if secs is None else f"{secs * 1e3:.0f} ms"
+
+
+def fmt_mib(b):
+    return "—" if b is None else f"{b / 2**20:.1f} MiB"
+
+
+def fmt_ratio(a, b):
+    return "—" if a is None or not b else f"{a / b:.2f}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of each program (default 7)")
+    parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    parser.add_argument("--no-seed", action="store_true", help="skip the cluster check and seeding")
+    parser.add_argument("--kubeconfig", default=KUBECONFIG, help="default: the local cluster's")
+    parser.add_argument("--namespace", default="bench-informer")
+    parser.add_argument("--configmaps", type=int, default=10_000, help="ConfigMaps to seed")
+    opts = parser.parse_args()
+    if opts.rounds < 1:
+        parser.error("--rounds must be at least 1")
+
+    if not opts.no_build:
+        build()
+    if not opts.no_seed:
+        if opts.kubeconfig == KUBECONFIG:
+            ensure_cluster()
+        seed(opts)
+    # A warm-up run of each program, not counted: it loads the binaries into the page cache
+    # and warms the server, and ours counts the namespace's ConfigMaps (the seeded ones and
+    # kube-root-ca.crt), which every later run then waits for.
+    log("bench-runtime: warm-up (not counted)")
+    expect = run("ours", opts, 0)["objects"]
+    run(PEER, opts, expect)
+    log(f"bench-runtime: {expect} ConfigMaps in namespace {opts.namespace}")
+    os.makedirs(OUT_DIR, exist_ok=True)
+
+    # impl -> round -> record
+    by_round = defaultdict(dict)
+    with open(os.path.join(OUT_DIR, "rounds.jsonl"), "w") as raw:
+        for rnd in range(1, opts.rounds + 1):
+            order = list(IMPLS) if rnd % 2 == 1 else list(reversed(IMPLS))
+            for name in order:
+                log(f"bench-runtime: round {rnd}/{opts.rounds}: {name}")
+                rec = run(name, opts, expect)
+                rec["round"] = rnd
+                raw.write(json.dumps(rec) + "\n")
+                raw.flush()
+                by_round[rec["impl"]][rnd] = rec
+
+    def get(impl, field):
+        return median([r[field] for r in by_round[impl].values() if r.get(field) is not None])
+
+    def spread(field, theirs=PEER):
+        ours, other = by_round["ours"], by_round[theirs]
+        ratios = [ours[r][field] / other[r][field] for r in ours
+                  if r in other and ours[r].get(field) is not None and other[r].get(field)]
+        return f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "—"
+
+    rows = [
+        ("start to all reconciled, from main", "secs", fmt_ms),
+        ("  … from spawning the process", "wall_secs", fmt_ms),
+        ("  manager built, from main", "built_secs", fmt_ms),
+        ("  cache synced, from main", "synced_secs", fmt_ms),
+        ("  then reconciling every object", "reconcile_secs", fmt_ms),
+        ("resident memory after the run (VmRSS)", "rss_bytes", fmt_mib),
+        ("peak resident memory (VmHWM)", "hwm_bytes", fmt_mib),
+    ]
+    print(
+        f"Runtime: ours vs controller-runtime v0.24.1, medians of {opts.rounds} alternating "
+        f"rounds ({expect:,} ConfigMaps in namespace {opts.namespace}, no-op reconciler)"
+    )
+    print()
+    header = (f"{'':<40} {'ours':>10} {'c-r':>10} {'ours/c-r':>10} {'(per round)':>12}")
+    print(header)
+    print("-" * len(header))
+    for theirs, title in [(PEER, "controller-runtime (c-r) as shipped: managedFields kept"),
+                          (f"{PEER}/strip", "c-r stripping managedFields "
+                                            "(TransformStripManagedFields), as our cache does")]:
+        if theirs != PEER:
+            print()
+        print(title)
+        for label, field, fmt in rows:
+            ours, other = get("ours", field), get(theirs, field)
+            print(f"{label:<40} {fmt(ours):>10} {fmt(other):>10} "
+                  f"{fmt_ratio(ours, other):>10} {spread(field, theirs):>12}")
+    print()
+    time_ours, time_theirs = get("ours", "secs"), get(PEER, "secs")
+    rss_ours, rss_theirs = get("ours", "rss_bytes"), get(PEER, "rss_bytes")
+    for what, ours, theirs in [("start to all reconciled", time_ours, time_theirs),
+                               ("resident memory after the run", rss_ours, rss_theirs)]:
+        if ours is not None and theirs:
+            met = ours / theirs <= TARGET
+            print(f"target: {what} ≤ {TARGET}× controller-runtime's: {ours / theirs:.2f}× — "
+                  f"{'met' if met else 'NOT met'}")
+    print()
+    time_ratio = fmt_ratio(time_ours, time_theirs)
+    rss_ratio = fmt_ratio(rss_ours, rss_theirs)
+    print(f"runtime ours/controller-runtime: start-to-all-reconciled "
+          f"{'n/a' if time_ratio == '—' else time_ratio}, rss {'n/a' if rss_ratio == '—' else rss_ratio}")
+    return 0 if time_ratio != "—" and rss_ratio != "—" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
