@@ -98,8 +98,9 @@ pub struct ManagerOptions {
     pub cache: CacheOptions,
     /// How long stopping waits for runnables (reconciles in flight) to finish. Default 30 s.
     pub graceful_shutdown_timeout: Duration,
-    /// The client's options (rate limit, timeouts). Default controller-runtime's: 20 QPS,
-    /// burst 30.
+    /// The client's options (rate limit, timeouts). Default [`ClientOptions::default`]: 20
+    /// QPS with bursts of 30 (controller-runtime v0.24's `GetConfig` sets no client-side
+    /// limit; set `client.rate_limit` to `None` for the same).
     pub client: ClientOptions,
 }
 
