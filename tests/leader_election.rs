@@ -30,7 +30,7 @@ const LEASE: Duration = Duration::from_secs(4);
 const RENEW: Duration = Duration::from_secs(3);
 const RETRY: Duration = Duration::from_secs(1);
 /// Allowance for request latency on a loaded machine (two lease requests, a GET and a PUT).
-const TOLERANCE: Duration = Duration::from_millis(500);
+const TOLERANCE: Duration = Duration::from_millis(1000);
 
 fn config(namespace: &str, release_on_cancel: bool) -> LeaderElectionConfig {
     LeaderElectionConfig {
