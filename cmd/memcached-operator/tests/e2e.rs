@@ -188,3 +188,107 @@ async fn the_binary_converges_a_sample_reports_faults_and_stops_on_sigterm() {
     );
     cluster::delete_namespace(&client, &ns).await;
 }
+
+/// One operator process started as a user would, on free loopback ports, in `ns`.
+struct Operator {
+    child: tokio::process::Child,
+    metrics: std::net::SocketAddr,
+}
+
+impl Operator {
+    fn start(ns: &str, extra: &[&str]) -> Operator {
+        let (metrics, probes) = (free_port(), free_port());
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
+            .arg("--kubeconfig")
+            .arg(cluster::kubeconfig())
+            .args([
+                "--namespace",
+                ns,
+                &format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+                &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
+            ])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Operator {
+            child,
+            metrics: format!("127.0.0.1:{metrics}").parse().unwrap(),
+        }
+    }
+
+    /// Whether its metrics say it leads (false while it cannot be reached).
+    async fn leads(&self) -> bool {
+        if tokio::net::TcpStream::connect(self.metrics).await.is_err() {
+            return false;
+        }
+        let (_, scrape) = http_get(self.metrics, "/metrics").await;
+        scrape
+            .lines()
+            .any(|l| l == r#"leader_election_master_status{name="86f835c3.example.com"} 1"#)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn two_operators_elect_one_leader_and_the_other_takes_over_when_it_is_killed() {
+    let client = cluster::client();
+    memcached_operator::install_crd(&client, CONVERGE)
+        .await
+        .unwrap();
+    let ns = create_namespace(&client, "mc-failover").await;
+    let kubectl = Kubectl::from_env();
+    let elect = ["--leader-elect", "--leader-election-namespace", ns.as_str()];
+    let mut operators = [Operator::start(&ns, &elect), Operator::start(&ns, &elect)];
+
+    let leader = wait_until("one operator leads", CONVERGE, async || {
+        let leads = [operators[0].leads().await, operators[1].leads().await];
+        match leads {
+            [true, false] => Ok(0),
+            [false, true] => Ok(1),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let size = |n: u32| {
+        format!(
+            "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata:\n  name: cache\n  namespace: {ns}\nspec:\n  size: {n}\n"
+        )
+    };
+    let ready = |n: u32| {
+        let (kubectl, ns) = (&kubectl, &ns);
+        async move {
+            wait_until(&format!("{n} pods ready"), CONVERGE, async || {
+                let got = jsonpath(kubectl, ns, "memcached/cache", "{.status.readyReplicas}");
+                (got == n.to_string()).then_some(()).ok_or(got)
+            })
+            .await
+        }
+    };
+    kubectl.apply(&size(2));
+    ready(2).await;
+
+    // Kill the leader outright (no release): the other takes over once the lease expires,
+    // and the scenario goes on.
+    operators[leader].child.start_kill().unwrap();
+    operators[leader].child.wait().await.unwrap();
+    kubectl.apply(&size(4));
+    ready(4).await;
+    let other = 1 - leader;
+    assert!(operators[other].leads().await, "the survivor leads");
+
+    let pid = operators[other].child.id().unwrap();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(Duration::from_secs(60), operators[other].child.wait())
+        .await
+        .expect("the survivor exits after SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    cluster::delete_namespace(&client, &ns).await;
+}
