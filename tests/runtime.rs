@@ -21,8 +21,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use support::cluster::{self, create_namespace};
-use support::{CONVERGE, http_get, wait_until};
-use tokio::sync::oneshot;
+use support::{CONVERGE, http_get, run_manager, wait_until};
 
 /// Manager options caching namespace `ns` only, with servers on free loopback ports.
 fn options(ns: &str) -> ManagerOptions {
@@ -35,25 +34,6 @@ fn options(ns: &str) -> ManagerOptions {
         health_probe_bind_address: Some("127.0.0.1:0".parse().unwrap()),
         ..ManagerOptions::default()
     }
-}
-
-/// Runs `manager` on a task until the returned sender fires (or is dropped).
-fn run(
-    manager: &Manager,
-) -> (
-    oneshot::Sender<()>,
-    tokio::task::JoinHandle<Result<(), ManagerError>>,
-) {
-    let (stop, stopped) = oneshot::channel::<()>();
-    let manager = manager.clone();
-    let task = tokio::spawn(async move {
-        manager
-            .run_until(async move {
-                let _ = stopped.await;
-            })
-            .await
-    });
-    (stop, task)
 }
 
 fn configmap(ns: &str, name: &str, data: &[(&str, &str)]) -> ConfigMap {
@@ -147,7 +127,7 @@ async fn a_mirror_controller_converges_through_creates_updates_and_deletes() {
         .owns::<Secret>()
         .complete(mirror, ctx)
         .unwrap();
-    let (stop, task) = run(&manager);
+    let (stop, task) = run_manager(&manager);
 
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
@@ -292,7 +272,7 @@ async fn failures_are_retried_with_backoff_panics_are_counted_and_metrics_move()
         .named("flaky")
         .complete(flaky, ctx.clone())
         .unwrap();
-    let (stop, task) = run(&manager);
+    let (stop, task) = run_manager(&manager);
     let metrics = manager.metrics_addr().await.unwrap();
     let probes = manager.probe_addr().await.unwrap();
 
@@ -439,7 +419,7 @@ async fn four_workers_run_four_keys_at_once_and_never_one_key_twice() {
         .max_concurrent_reconciles(4)
         .complete(slow, ctx.clone())
         .unwrap();
-    let (stop, task) = run(&manager);
+    let (stop, task) = run_manager(&manager);
 
     // While cm-0 is being reconciled, change it twice: it must run again, after, not beside.
     wait_until("cm-0 is being reconciled", CONVERGE, async || {
@@ -532,7 +512,7 @@ async fn a_forbidden_kind_fails_the_sync_naming_the_kind_and_the_403() {
             Arc::new(()),
         )
         .unwrap();
-    let (_stop, task) = run(&manager);
+    let (_stop, task) = run_manager(&manager);
     let probes = manager.probe_addr().await.unwrap();
     let (code, body) = http_get(probes, "/readyz?verbose").await;
     assert_eq!(code, 500, "not ready while the cache cannot sync: {body}");
@@ -720,13 +700,13 @@ async fn one_of_two_managers_leads_and_hands_over_on_release_and_on_death() {
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
     let audit = Arc::new(Audit::default());
     let first = elected(&ns, "first", true, &audit);
-    let (stop_first, first_task) = run(&first);
+    let (stop_first, first_task) = run_manager(&first);
     wait_until("the first manager leads", CONVERGE, async || {
         leading(&first).then_some(()).ok_or("not yet".to_owned())
     })
     .await;
     let second = elected(&ns, "second", false, &audit);
-    let (_stop_second, second_task) = run(&second);
+    let (_stop_second, second_task) = run_manager(&second);
     touch(&configmaps, "probe", "1").await;
     wait_until("the leader reconciles", CONVERGE, async || {
         let seen = audit.seen.lock().clone();
@@ -770,7 +750,7 @@ async fn one_of_two_managers_leads_and_hands_over_on_release_and_on_death() {
     // A third waits; the second dies without releasing (its task is aborted): the third
     // takes over once the lease has expired.
     let third = elected(&ns, "third", false, &audit);
-    let (_stop_third, third_task) = run(&third);
+    let (_stop_third, third_task) = run_manager(&third);
     let probes = third.probe_addr().await.unwrap();
     wait_until("the third is ready", CONVERGE, async || {
         let (code, body) = http_get(probes, "/readyz").await;
@@ -819,7 +799,7 @@ async fn readyz_fails_until_the_caches_sync_and_passes_after() {
             Arc::new(()),
         )
         .unwrap();
-    let (stop, task) = run(&manager);
+    let (stop, task) = run_manager(&manager);
     let probes = manager.probe_addr().await.unwrap();
     let (code, body) = http_get(probes, "/readyz").await;
     assert_eq!(code, 500, "not ready before the cache syncs: {body}");

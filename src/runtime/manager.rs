@@ -635,9 +635,7 @@ async fn signalled(flag: &mut watch::Receiver<bool>) {
 /// A future that completes when `stopping` turns true (or its sender is gone).
 fn stopped(stopping: &watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'static {
     let mut stopping = stopping.clone();
-    async move {
-        let _ = stopping.wait_for(|s| *s).await;
-    }
+    async move { signalled(&mut stopping).await }
 }
 
 /// SIGINT and SIGTERM: the first starts a graceful stop, the second exits at once.

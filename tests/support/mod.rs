@@ -223,3 +223,23 @@ fn dechunk(mut body: &str) -> String {
     }
     out
 }
+
+/// Runs `manager` on a task until the returned sender fires (or is dropped); the task
+/// returns what `run_until` returned.
+pub fn run_manager(
+    manager: &controller_runtime::runtime::Manager,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), controller_runtime::runtime::ManagerError>>,
+) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let manager = manager.clone();
+    let task = tokio::spawn(async move {
+        manager
+            .run_until(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    (stop, task)
+}

@@ -23,7 +23,6 @@ use memcached_operator::reconcile::FINALIZER;
 use serde_json::{Value, json};
 use support::cluster::{self, create_namespace};
 use support::{CONVERGE, Kubectl, http_get, unique, wait_until};
-use tokio::sync::oneshot;
 
 /// The ClusterRole the operator runs with, rule by rule (apiGroup, resource, verbs). Any
 /// change to config/rbac/role.yaml must be made here too, so that widening it is a decision
@@ -573,17 +572,7 @@ async fn the_operator_converges_a_memcached_with_only_the_rendered_rbac() {
     };
     let manager = Manager::with_config(config, options).unwrap();
     memcached_operator::setup(&manager, memcached_operator::DEFAULT_IMAGE).unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = {
-        let manager = manager.clone();
-        tokio::spawn(async move {
-            manager
-                .run_until(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        })
-    };
+    let (stop, running) = support::run_manager(&manager);
 
     // Ready: its caches synced (list, watch); and it leads (the Lease, read and created).
     let probes = manager.probe_addr().await.unwrap();

@@ -15,7 +15,6 @@ use memcached_operator::api::{Memcached, MemcachedSpec, condition};
 use memcached_operator::reconcile::FINALIZER;
 use support::cluster::{self, create_namespace};
 use support::{CONVERGE, wait_until};
-use tokio::sync::oneshot;
 
 fn condition_of(mc: &Memcached, type_: &str) -> Option<(String, String)> {
     let status = mc.status.as_ref()?;
@@ -44,17 +43,7 @@ async fn a_memcached_gets_its_deployment_follows_its_size_and_goes_with_its_dele
     };
     let manager = Manager::with_config(cluster::config(), options).unwrap();
     memcached_operator::setup(&manager, memcached_operator::DEFAULT_IMAGE).unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = {
-        let manager = manager.clone();
-        tokio::spawn(async move {
-            manager
-                .run_until(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        })
-    };
+    let (stop, running) = support::run_manager(&manager);
 
     let memcacheds = Api::<Memcached>::namespaced(client.clone(), &ns);
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);

@@ -16,7 +16,6 @@ use serde_json::{Value, json};
 use support::certs::{TempDir, WebhookConfigurations, issue, make_ca};
 use support::cluster::{self, create_namespace};
 use support::{CONVERGE, Kubectl, unique, wait_until};
-use tokio::sync::oneshot;
 
 /// One webhook entry for Memcached creates and updates in namespaces labelled `label=value`.
 fn entry(name: &str, url: String, ca: &[u8], label: &str, value: &str) -> Value {
@@ -86,17 +85,7 @@ async fn the_api_server_defaults_and_validates_memcacheds_through_our_webhooks()
         webhooks,
         vec!["registry.example.com/".to_owned()],
     ));
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = {
-        let manager = manager.clone();
-        tokio::spawn(async move {
-            manager
-                .run_until(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        })
-    };
+    let (stop, running) = support::run_manager(&manager);
     let addr = manager
         .webhook_addr()
         .await
