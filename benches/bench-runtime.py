@@ -25,6 +25,9 @@ process, Go's runtime and package initialisation included), then one JSON line w
 figures. controller-runtime runs twice per round: as its users get it (managedFields kept in
 the cache; the last line compares against this one) and with
 `cache.TransformStripManagedFields`, as our cache does by default.
+Ours runs twice per round as well: with the cache's defaults (each read decodes the cached
+JSON afresh; the last line compares this one) and with `CacheOptions::keep_typed` (the first
+read of each object keeps its typed form beside the JSON).
 
 Every JSON line of every round is kept in target/bench-runtime/rounds.jsonl.
 """
@@ -45,7 +48,7 @@ SEEDER = os.path.join(ROOT, "target", "release", "informer-bench")
 THEIRS = os.path.join(OUT_DIR, "runtime-peer")
 KUBECONFIG = os.path.join(ROOT, "target", "testenv", "kubeconfig")
 PEER = "controller-runtime"
-IMPLS = ["ours", PEER, f"{PEER}/strip"]
+IMPLS = ["ours", "ours/keep", PEER, f"{PEER}/strip"]
 # Targets: ours at most this fraction of controller-runtime's, for both figures.
 TARGET = 0.5
 
@@ -87,9 +90,11 @@ def run(name, opts, expect):
     """One run of one program: its JSON record, with `wall_secs` (spawn to the moment it
     said every key was reconciled) added. With `expect` 0 the program waits for as many keys
     as its cache holds once synced."""
-    if name == "ours":
+    if name.startswith("ours"):
         cmd = [OURS, "--kubeconfig", opts.kubeconfig, "--namespace", opts.namespace,
                "--expect", str(expect)]
+        if name == "ours/keep":
+            cmd.append("--keep-typed")
     else:
         cmd = [THEIRS, "-kubeconfig", opts.kubeconfig, "-namespace", opts.namespace,
                "-expect", str(expect)]
@@ -173,8 +178,8 @@ def main():
     def get(impl, field):
         return median([r[field] for r in by_round[impl].values() if r.get(field) is not None])
 
-    def spread(field, theirs=PEER):
-        ours, other = by_round["ours"], by_round[theirs]
+    def spread(field, theirs=PEER, mine="ours"):
+        ours, other = by_round[mine], by_round[theirs]
         ratios = [ours[r][field] / other[r][field] for r in ours
                   if r in other and ours[r].get(field) is not None and other[r].get(field)]
         return f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "—"
@@ -196,16 +201,21 @@ def main():
     header = (f"{'':<40} {'ours':>10} {'c-r':>10} {'ours/c-r':>10} {'(per round)':>12}")
     print(header)
     print("-" * len(header))
-    for theirs, title in [(PEER, "controller-runtime (c-r) as shipped: managedFields kept"),
-                          (f"{PEER}/strip", "c-r stripping managedFields "
-                                            "(TransformStripManagedFields), as our cache does")]:
-        if theirs != PEER:
+    sections = [
+        ("ours", PEER, "controller-runtime (c-r) as shipped: managedFields kept"),
+        ("ours", f"{PEER}/strip",
+         "c-r stripping managedFields (TransformStripManagedFields), as our cache does"),
+        ("ours/keep", PEER, "ours keeping typed forms (CacheOptions::keep_typed) against c-r "
+                            "as shipped"),
+    ]
+    for i, (mine, theirs, title) in enumerate(sections):
+        if i:
             print()
         print(title)
         for label, field, fmt in rows:
-            ours, other = get("ours", field), get(theirs, field)
+            ours, other = get(mine, field), get(theirs, field)
             print(f"{label:<40} {fmt(ours):>10} {fmt(other):>10} "
-                  f"{fmt_ratio(ours, other):>10} {spread(field, theirs):>12}")
+                  f"{fmt_ratio(ours, other):>10} {spread(field, theirs, mine):>12}")
     print()
     time_ours, time_theirs = get("ours", "secs"), get(PEER, "secs")
     rss_ours, rss_theirs = get("ours", "rss_bytes"), get(PEER, "rss_bytes")

@@ -1,5 +1,6 @@
 //! The controller runtime against the real cluster: a mirroring controller converging,
-//! retries and their metrics, concurrency, readiness, a cache that cannot sync, and graceful
+//! retries and their metrics, concurrency, readiness, a cache that cannot sync, typed reads
+//! with and without kept typed forms, and graceful
 //! shutdown on SIGTERM.
 
 mod support;
@@ -835,5 +836,77 @@ async fn readyz_fails_until_the_caches_sync_and_passes_after() {
     .await;
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
+    cluster::delete_namespace(&client, &ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn typed_reads_decode_afresh_unless_the_cache_keeps_typed_forms() {
+    let client = cluster::client();
+    let ns = create_namespace(&client, "rt-keep").await;
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    configmaps
+        .create(&PostParams::default(), &configmap(&ns, "cm", &[("v", "1")]))
+        .await
+        .unwrap();
+    let cache = |keep_typed| {
+        let cache = controller_runtime::runtime::Cache::new(
+            client.clone(),
+            CacheOptions {
+                namespaces: vec![ns.clone()],
+                keep_typed,
+                ..CacheOptions::default()
+            },
+        );
+        let store = cache.store::<ConfigMap>().unwrap();
+        (cache, store)
+    };
+    let (fresh, fresh_store) = cache(false);
+    let (keeping, kept_store) = cache(true);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    for cache in [&fresh, &keeping] {
+        let mut stopping = stopping.clone();
+        cache.start(async move {
+            let _ = stopping.wait_for(|stop| *stop).await;
+        });
+    }
+    fresh.wait_for_sync().await.unwrap();
+    keeping.wait_for_sync().await.unwrap();
+
+    let a = fresh_store.get(&ns, "cm").unwrap().unwrap();
+    let b = fresh_store.get(&ns, "cm").unwrap().unwrap();
+    assert_eq!(a, b);
+    assert!(!Arc::ptr_eq(&a, &b), "each read decodes afresh by default");
+    assert!(!fresh_store.raw(&ns, "cm").unwrap().is_decoded());
+
+    let a = kept_store.get(&ns, "cm").unwrap().unwrap();
+    let b = kept_store.get(&ns, "cm").unwrap().unwrap();
+    assert!(Arc::ptr_eq(&a, &b), "the second read returns the kept form");
+
+    // A changed object is a new one: read afresh, then kept again.
+    configmaps
+        .patch(
+            "cm",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"v": "2"}})),
+        )
+        .await
+        .unwrap();
+    wait_until("the kept store sees the change", CONVERGE, async || {
+        let cm = kept_store.get(&ns, "cm").unwrap().unwrap();
+        match cm.data.as_ref().unwrap()["v"].as_str() {
+            "2" => Ok(()),
+            v => Err(format!("v is still {v}")),
+        }
+    })
+    .await;
+    let c = kept_store.get(&ns, "cm").unwrap().unwrap();
+    assert!(!Arc::ptr_eq(&a, &c));
+    assert!(Arc::ptr_eq(
+        &c,
+        &kept_store.get(&ns, "cm").unwrap().unwrap()
+    ));
+
+    let _ = stop.send(true);
     cluster::delete_namespace(&client, &ns).await;
 }

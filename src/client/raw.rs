@@ -318,7 +318,8 @@ impl<K> Raw<K> {
 
     /// The object in its type, decoded on the first call and kept: later calls return the
     /// same `Arc` without decoding again, until the object changes (a changed object is a
-    /// new `Raw`). This is how a cache of `Raw<K>` serves typed reads.
+    /// new `Raw`). This is how a cache of `Raw<K>` that keeps typed forms serves reads;
+    /// [`decode`](Self::decode) is how one that does not serves them.
     ///
     /// ```
     /// use std::sync::Arc;

@@ -50,7 +50,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 use workqueue::{QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter};
 
-use super::cache::{CacheError, CachedKind};
+use super::cache::{self, CacheError, CachedKind};
 use super::manager::{Manager, ManagerError};
 use super::metrics::{ControllerMetrics, ReconcileResult};
 use super::predicate::{self, Event, Predicate};
@@ -324,7 +324,7 @@ impl<K: CachedKind> Controller<K> {
 
     /// Also reconciles the objects that `map` names for every event of kind `W`
     /// (controller-runtime's `Watches` with `EnqueueRequestsFromMapFunc`). `map` sees the
-    /// typed object (decoded once and kept in the cache).
+    /// typed object, decoded from the cache as [`Store`](super::Store) reads decode it.
     pub fn watches<W: CachedKind>(
         self,
         map: impl Fn(&W) -> Vec<ObjectRef> + Send + Sync + 'static,
@@ -340,7 +340,8 @@ impl<K: CachedKind> Controller<K> {
     ) -> Self {
         let predicate = predicate.into();
         self.wires.push(Box::new(move |manager, queue, filters| {
-            let map = move |obj: &Raw<W>, out: &mut dyn FnMut(Key)| match obj.typed() {
+            let keep = manager.cache().options().keep_typed;
+            let map = move |obj: &Raw<W>, out: &mut dyn FnMut(Key)| match cache::typed(obj, keep) {
                 Ok(typed) => map(&typed).iter().for_each(|r| out(r.key())),
                 Err(e) => tracing::warn!(
                     error = %e,

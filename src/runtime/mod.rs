@@ -97,8 +97,8 @@
 //!
 //! # Speed that pays
 //!
-//! This layer adds no optimisation of its own beyond keeping one cached copy of each object
-//! and decoding it at most once per version; an optimisation belongs here only if it moves
+//! This layer adds no optimisation of its own beyond keeping one cached copy of each object,
+//! as compact JSON, and decoding it only when read; an optimisation belongs here only if it moves
 //! an end-to-end row of `make bench-runtime` (start to every object reconciled, memory) by
 //! 10 % or more, with no `unsafe` and no hidden thread.
 

@@ -10,8 +10,9 @@
 //! reaches). Metrics and probes are off and there is no leader election, as by default. The
 //! cache strips managedFields and lists and watches as protobuf, as by default.
 //!
-//! The reconcile gets the object from the cache (the runtime reads it before calling, and
-//! decodes it once per version) and counts distinct keys. When the count reaches
+//! The reconcile gets the object from the cache (the runtime reads it before calling,
+//! decoding the cached JSON; with `--keep-typed` the cache keeps what it decoded) and counts
+//! distinct keys. When the count reaches
 //! `--expect`, the clock stops and a line `{"event":"reconciled"}` goes to stdout at once
 //! (the harness times the run from spawning the process to it); `--settle-ms` later VmRSS
 //! and VmHWM are read from `/proc/self/status` as the kernel reports them.
@@ -61,6 +62,9 @@ struct Args {
     /// start alone (`perf record`), without the teardown of the cache.
     #[arg(long)]
     exit_at_once: bool,
+    /// Keep each object's typed form in the cache once decoded (`CacheOptions::keep_typed`).
+    #[arg(long)]
+    keep_typed: bool,
 }
 
 /// What one run measured.
@@ -86,12 +90,12 @@ fn main() -> Result<()> {
         .build()
         .context("building the tokio runtime")?;
     let outcome = runtime.block_on(run(&args, started))?;
-    print_outcome(&outcome);
+    print_outcome(&outcome, args.keep_typed);
     Ok(())
 }
 
 /// The progress line on stderr and the JSON line on stdout.
-fn print_outcome(outcome: &Outcome) {
+fn print_outcome(outcome: &Outcome, keep_typed: bool) {
     eprintln!(
         "ours: {} reconciled in {:.1} ms (manager built at {:.1} ms, cache synced at {:.1} ms), \
          rss {:.1} MiB, peak {:.1} MiB",
@@ -103,7 +107,7 @@ fn print_outcome(outcome: &Outcome) {
         mib(outcome.hwm),
     );
     let line = json!({
-        "impl": "ours",
+        "impl": if keep_typed { "ours/keep" } else { "ours" },
         "workload": "runtime/configmaps",
         "objects": outcome.reconciled,
         "secs": outcome.elapsed.as_secs_f64(),
@@ -124,6 +128,7 @@ async fn run(args: &Args, started: Instant) -> Result<Outcome> {
     let options = ManagerOptions {
         cache: CacheOptions {
             namespaces: vec![args.namespace.clone()],
+            keep_typed: args.keep_typed,
             ..CacheOptions::default()
         },
         client: ClientOptions {
@@ -181,14 +186,17 @@ async fn run(args: &Args, started: Instant) -> Result<Outcome> {
     let (rss, hwm) = parse_status(&status).context("parsing /proc/self/status")?;
     let reconciled = counter.len();
     if args.exit_at_once {
-        print_outcome(&Outcome {
-            reconciled,
-            elapsed,
-            built,
-            synced,
-            rss,
-            hwm,
-        });
+        print_outcome(
+            &Outcome {
+                reconciled,
+                elapsed,
+                built,
+                synced,
+                rss,
+                hwm,
+            },
+            args.keep_typed,
+        );
         std::process::exit(0);
     }
     let _ = stop.send(true);
