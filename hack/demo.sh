@@ -52,7 +52,7 @@ stop_operator() {
 trap stop_operator EXIT
 
 step "building the operator"
-cargo build -q -p memcached-operator
+cargo build -p memcached-operator   # cargo shows its progress on a first build
 
 step "installing the Memcached CRD"
 k apply -f "$root/config/crd/bases/cache.example.com_memcacheds.yaml"
