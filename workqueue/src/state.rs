@@ -132,7 +132,7 @@ pub(crate) struct Shared<T: Send> {
     /// Woken when a drain may have completed, or was cut short by `shut_down`.
     drained: Notify,
     /// Zero of the queue's clock: delayed deadlines are nanoseconds since this instant.
-    pub(crate) epoch: Instant,
+    epoch: Instant,
     /// Lets a duplicate `add` skip the lock (see [`crate::recent`]).
     pub(crate) counters: PopCounters<T>,
 }
