@@ -1,74 +1,17 @@
 //! The base queue, [`Queue`]: fair, stingy, many producers and consumers, graceful shutdown.
 //!
-//! # Implementation Details
-//!
-//! One [`parking_lot::Mutex`] guards one `State`, and every operation is one short critical
-//! section on it. Where client-go keeps a FIFO plus two sets (`dirty`, `processing`) and
-//! probes them several times per operation, this queue keeps one map, `items`, from each
-//! item it knows to an [`ItemState`], plus the FIFO of queued items:
-//!
-//! | state | in FIFO | handed out | delayed entry | `add` moves it to | `done` moves it to |
-//! |---|---|---|---|---|---|
-//! | (absent) | no | no | no | `Queued(seq)` | (ignored) |
-//! | `Queued(seq)` | yes | no | no | (unchanged) | (ignored) |
-//! | `Processing` | no | yes | no | `ProcessingDirty` | (absent) |
-//! | `ProcessingDirty` | no | yes | no | (unchanged) | `Queued` |
-//! | `Waiting(due)` | no | no | yes | `Queued` | (ignored) |
-//! | `ProcessingWaiting(due)` | no | yes | yes | `ProcessingDirty` | `Waiting(due)` |
-//!
-//! The map stores each state packed into one word, `PackedState` (two bits of state, 62 of
-//! push number or deadline), so an entry is the item plus 8 bytes and a control byte.
-//!
-//! `Queued(seq)` records where the item was pushed: the FIFO ([`Fifo`]) numbers every push
-//! and counts its pops, so `get` only pops — it never touches the map — and a `Queued(seq)`
-//! that the FIFO has popped since *reads* as `Processing` (`Fifo::current`); the next
-//! transition of that item writes its real state. The two `Waiting` states belong to the
-//! delaying layer (see [`crate::delaying`]); a plain [`Queue`] never enters them. So `done`
-//! costs one hash lookup in the common case and `get` none. An `add` of an item that is
-//! already queued (or dirty while being processed) — most adds of a busy key — usually does
-//! not take the lock at all: the thread remembers the keys it found dirty, and per-slot pop
-//! counters say whether that can have changed ([`crate::recent`]). Failing that, it is one
-//! lookup under the lock in a short inlined path that builds nothing and wakes nobody; the
-//! same path marks an item being processed dirty. Any other `add` continues out of line and
-//! probes again to insert. Both paths leave the item dirty, so both let the thread remember
-//! it (the inline path keeps the item given to `add`; the other renews an entry it has).
-//!
-//! The map is [`hashbrown`]'s, for `entry_ref` (`done` finds, updates or removes an entry
-//! in one probe, without cloning the key) and its default hasher, foldhash: several times
-//! faster than std's SipHash on short keys, and randomly seeded, which is enough
-//! for keys that come from the cluster's own object names.
-//!
-//! Invariants, checked by the model tests:
-//!
-//! * an item is in the FIFO exactly once if its state reads `Queued`, and not at all otherwise —
-//!   so it is never queued twice (the client-go "dirty" set is `Queued ∪ ProcessingDirty`);
-//! * `processing` counts the states that are handed out — so `get` never hands out an item
-//!   that is handed out already, and `done` re-queues a dirty item exactly once;
-//! * `len()` is the FIFO's length: items being processed, including dirty ones, are not in it.
-//!
-//! Getters that find the FIFO empty park in [`crate::waiters`], which wakes exactly one of
-//! them per queued item. Wakers are collected under the lock and woken after it is released.
+//! A thin handle: the state and every transition live in [`crate::state`]. This module holds
+//! the API, its documentation, how a queue is configured ([`QueueConfig`]), and the metrics
+//! refresher a named queue with a provider spawns.
 
-use std::collections::VecDeque;
 use std::fmt;
-use std::future::poll_fn;
 use std::hash::Hash;
-use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
 
-use hashbrown::HashMap;
-use hashbrown::hash_map::{Entry, EntryRef};
-use parking_lot::{Mutex, MutexGuard};
-use tokio::sync::Notify;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
-use crate::delaying::DelayHeap;
 use crate::metrics::{MetricsProvider, QueueMetrics, UNFINISHED_WORK_UPDATE_PERIOD};
-use crate::precise::{self, PreciseWake};
-use crate::recent::PopCounters;
-use crate::waiters::{Waiters, WakeList};
+use crate::state::Shared;
 
 /// How a queue is built: its name and where its metrics go.
 ///
@@ -168,176 +111,6 @@ pub struct Queue<T: Send> {
     pub(crate) shared: Arc<Shared<T>>,
 }
 
-/// The state shared by all handles of one queue.
-pub(crate) struct Shared<T: Send> {
-    pub(crate) state: Mutex<State<T>>,
-    /// Woken when a drain may have completed, or was cut short by `shut_down`.
-    drained: Notify,
-    /// Zero of the queue's clock: delayed deadlines are nanoseconds since this instant.
-    pub(crate) epoch: Instant,
-    /// Lets a duplicate `add` skip the lock (see [`crate::recent`]).
-    counters: PopCounters<T>,
-}
-
-/// Where an item is; see the table in the module docs.
-///
-/// This is the decoded view; the item map stores it packed into one word, as a
-/// [`PackedState`]. Read a stored state through [`Fifo::current`]: a `Queued(seq)` whose item
-/// has been popped reads as `Processing`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ItemState {
-    /// Pushed to the FIFO as its push number `seq`: waiting for a worker until the FIFO has
-    /// popped it, handed out (`Processing`) after.
-    Queued(u64),
-    /// Handed out to a worker, not added since.
-    Processing,
-    /// Handed out and added again since: re-queued by `done`.
-    ProcessingDirty,
-    /// Not queued nor handed out; the delayed request due at this deadline (nanoseconds
-    /// since the queue's epoch) will queue it.
-    Waiting(u64),
-    /// Handed out; the delayed request due at this deadline will mark it dirty.
-    ProcessingWaiting(u64),
-}
-
-/// The largest payload of an [`ItemState`]: push numbers and deadlines (nanoseconds since the
-/// queue's epoch, about 146 years) stay below 2⁶².
-pub(crate) const MAX_PAYLOAD: u64 = (1 << 62) - 1;
-
-/// An [`ItemState`] in one word, as the item map stores it: the top two bits say which
-/// state, the other 62 hold the push number or the deadline.
-///
-/// | bits 63–62 | bits 61–0 | state |
-/// |---|---|---|
-/// | `00` | `seq` | `Queued(seq)` |
-/// | `01` | `at` | `Waiting(at)` |
-/// | `10` | `at` | `ProcessingWaiting(at)` |
-/// | `11` | 0 or 1 | `Processing` or `ProcessingDirty` |
-///
-/// Half the size of the enum (16 bytes: a `u64` payload and a tag), so a map entry of a
-/// `u64` key is 17 bytes with its control byte instead of 25: the map is most of the queue's
-/// memory, and of the memory `add_after` touches for the first time.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PackedState(u64);
-
-impl ItemState {
-    /// Packs the state; payloads above [`MAX_PAYLOAD`] never occur (push numbers count one
-    /// per push, deadlines are capped by the delaying layer).
-    #[inline]
-    pub(crate) fn pack(self) -> PackedState {
-        const TAG: u32 = 62;
-        let word = match self {
-            ItemState::Queued(seq) => seq,
-            ItemState::Waiting(at) => 1 << TAG | at,
-            ItemState::ProcessingWaiting(at) => 2 << TAG | at,
-            ItemState::Processing => 3 << TAG,
-            ItemState::ProcessingDirty => 3 << TAG | 1,
-        };
-        debug_assert!(match self {
-            ItemState::Queued(p) | ItemState::Waiting(p) | ItemState::ProcessingWaiting(p) =>
-                p <= MAX_PAYLOAD,
-            _ => true,
-        });
-        PackedState(word)
-    }
-}
-
-impl PackedState {
-    /// The state this word holds.
-    #[inline]
-    pub(crate) fn get(self) -> ItemState {
-        let payload = self.0 & MAX_PAYLOAD;
-        match self.0 >> 62 {
-            0 => ItemState::Queued(payload),
-            1 => ItemState::Waiting(payload),
-            2 => ItemState::ProcessingWaiting(payload),
-            _ if payload == 0 => ItemState::Processing,
-            _ => ItemState::ProcessingDirty,
-        }
-    }
-}
-
-impl fmt::Debug for PackedState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.get().fmt(f)
-    }
-}
-
-/// Everything behind the queue's lock.
-pub(crate) struct State<T> {
-    /// Every item the queue knows, and where it is.
-    pub(crate) items: HashMap<T, PackedState>,
-    /// Items in state `Queued`, oldest first, each exactly once.
-    pub(crate) fifo: Fifo<T>,
-    /// Number of items handed out and not yet `done` (states `Processing*`).
-    pub(crate) processing: usize,
-    /// Delayed entries (the delaying layer). Empty for a plain queue.
-    pub(crate) delayed: DelayHeap<T>,
-    /// Parked getters.
-    pub(crate) waiters: Waiters,
-    /// Set once by `shut_down` or `shut_down_with_drain`; never cleared.
-    pub(crate) shutting_down: bool,
-    /// A `shut_down_with_drain` is waiting (cleared by `shut_down`).
-    drain: bool,
-    /// Present only for a named queue with a metrics provider.
-    pub(crate) metrics: Option<QueueMetrics<T>>,
-}
-
-/// The FIFO of queued items. It numbers every push, so that an item's state can record where
-/// it was queued and `get` can hand an item out without touching the item map.
-pub(crate) struct Fifo<T> {
-    items: VecDeque<T>,
-    /// Number of items popped so far: the push number of the front item.
-    popped: u64,
-}
-
-impl<T> Default for Fifo<T> {
-    fn default() -> Self {
-        Self {
-            items: VecDeque::new(),
-            popped: 0,
-        }
-    }
-}
-
-impl<T> Fifo<T> {
-    /// Appends `item`; returns the state that records it as queued here.
-    #[inline]
-    pub(crate) fn push(&mut self, item: T) -> ItemState {
-        let seq = self.popped + self.items.len() as u64;
-        self.items.push_back(item);
-        ItemState::Queued(seq)
-    }
-
-    /// Removes the oldest item.
-    #[inline]
-    fn pop(&mut self) -> Option<T> {
-        let item = self.items.pop_front()?;
-        self.popped += 1;
-        Some(item)
-    }
-
-    /// What a stored state means now: `Queued(seq)` of an item this FIFO has popped since
-    /// is `Processing`.
-    #[inline]
-    pub(crate) fn current(&self, state: PackedState) -> ItemState {
-        match state.get() {
-            ItemState::Queued(seq) if seq < self.popped => ItemState::Processing,
-            state => state,
-        }
-    }
-
-    /// Number of queued items.
-    pub(crate) fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// Whether nothing is queued.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-}
-
 // === impl Queue ===
 
 impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
@@ -354,21 +127,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     pub fn with_config(config: QueueConfig) -> Self {
         let metrics = config.build_metrics();
         let has_metrics = metrics.is_some();
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                items: HashMap::default(),
-                fifo: Fifo::default(),
-                processing: 0,
-                delayed: DelayHeap::default(),
-                waiters: Waiters::default(),
-                shutting_down: false,
-                drain: false,
-                metrics,
-            }),
-            drained: Notify::new(),
-            epoch: Instant::now(),
-            counters: PopCounters::default(),
-        });
+        let shared = Arc::new(Shared::new(metrics));
         if has_metrics {
             spawn_unfinished_work_updater(&shared);
         }
@@ -393,41 +152,9 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// for up to 8 queues (the oldest queue's are dropped first); they are dropped when
     /// replaced or when the thread exits. Such an add also leaves delayed items that have
     /// come due for the next operation to queue.
+    #[inline]
     pub fn add(&self, item: T) {
-        let counters = &self.shared.counters;
-        // The duplicate add, which is most adds of a busy key: first without the lock, if
-        // this thread saw the item dirty and nothing of its slot was popped since...
-        if counters.is_certainly_dirty(&item) {
-            return;
-        }
-        let mut state = self.shared.state.lock();
-        if state.shutting_down {
-            return;
-        }
-        // ... then with one probe under the lock, remembering the item for next time.
-        if state.add_known(&item) {
-            let slot = counters.slot(&item);
-            let seen = counters.count(slot);
-            counters.start_counting();
-            drop(state);
-            counters.remember(item, slot, seen);
-            return;
-        }
-        self.add_locked(state, item);
-    }
-
-    /// The rest of `add`, with the lock held: the item may become queued or dirty.
-    #[inline(never)]
-    fn add_locked(&self, mut state: MutexGuard<'_, State<T>>, item: T) {
-        let mut wake = WakeList::default();
-        state.promote_due(self.shared.epoch, &mut wake);
-        // `enqueue` leaves the item dirty, and nothing is popped before the lock is released.
-        if self.shared.counters.is_counting() {
-            self.shared.counters.refresh(&item);
-        }
-        state.enqueue(item, &mut wake);
-        // Unlock before waking (`wake` was declared after the guard, so drop it by hand).
-        drop(state);
+        self.shared.add(item);
     }
 
     /// Waits for an item and hands it out; `None` once the queue is shut down and empty.
@@ -451,36 +178,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// Cancel safe. If the future is dropped before it completes, no item was taken from the
     /// queue, and a wake-up it had received is passed on to another waiting `get`.
     pub async fn get(&self) -> Option<T> {
-        // Fast path: an item is ready, or the queue is over. No waiter, no timer, one lock.
-        if let Some(out) = self.try_take() {
-            return out;
-        }
-        self.get_slow().await
-    }
-
-    /// `get` without waiting: the item, `Some(None)` once shut down and empty, or `None`
-    /// if `get` has to wait.
-    fn try_take(&self) -> Option<Option<T>> {
-        let mut wake = WakeList::default();
-        let mut state = self.shared.state.lock();
-        state.promote_due(self.shared.epoch, &mut wake);
-        match state.pop(&self.shared.counters) {
-            Some(item) => Some(Some(item)),
-            None if state.shutting_down => Some(None),
-            None => None,
-        }
-    }
-
-    /// `get` when the queue was empty: park, and keep the delaying timer if needed.
-    async fn get_slow(&self) -> Option<T> {
-        let mut waiter = Waiter {
-            shared: &self.shared,
-            slot: None,
-            sleep: None,
-            precise: None,
-            fire_at: None,
-        };
-        poll_fn(|cx| waiter.poll_get(cx)).await
+        self.shared.get().await
     }
 
     /// Marks `item` as done processing.
@@ -490,15 +188,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// processing failed (use the rate-limited queue to retry). Calling it for an item that is
     /// not being processed is ignored, so a stray call can never queue an item twice.
     pub fn done(&self, item: &T) {
-        let drained = {
-            let mut wake = WakeList::default();
-            let mut state = self.shared.state.lock();
-            state.promote_due(self.shared.epoch, &mut wake);
-            state.done(item, &mut wake)
-        };
-        if drained {
-            self.shared.drained.notify_waiters();
-        }
+        self.shared.done(item);
     }
 
     /// The number of items waiting to be handed out.
@@ -506,10 +196,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// As in client-go, items being processed are not counted, not even those added again
     /// while being processed, and neither are items still pending in the delaying layer.
     pub fn len(&self) -> usize {
-        let mut wake = WakeList::default();
-        let mut state = self.shared.state.lock();
-        state.promote_due(self.shared.epoch, &mut wake);
-        state.fifo.len()
+        self.shared.len()
     }
 
     /// Whether [`len`](Self::len) is zero.
@@ -527,13 +214,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// Calling it while [`shut_down_with_drain`](Self::shut_down_with_drain) waits makes that
     /// call return. Calling it twice is harmless.
     pub fn shut_down(&self) {
-        {
-            let mut wake = WakeList::default();
-            let mut state = self.shared.state.lock();
-            state.promote_due(self.shared.epoch, &mut wake);
-            state.shut_down(false, &mut wake);
-        }
-        self.shared.drained.notify_waiters();
+        self.shared.shut_down(false);
     }
 
     /// Shuts the queue down like [`shut_down`](Self::shut_down), then waits until every queued
@@ -551,23 +232,8 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// Cancel safe: the shutdown has happened by the first poll; dropping the future only
     /// stops the waiting.
     pub async fn shut_down_with_drain(&self) {
-        {
-            let mut wake = WakeList::default();
-            let mut state = self.shared.state.lock();
-            state.promote_due(self.shared.epoch, &mut wake);
-            state.shut_down(true, &mut wake);
-        }
-        loop {
-            let mut notified = pin!(self.shared.drained.notified());
-            notified.as_mut().enable();
-            {
-                let state = self.shared.state.lock();
-                if !state.drain || state.is_drained() {
-                    return;
-                }
-            }
-            notified.await;
-        }
+        self.shared.shut_down(true);
+        self.shared.wait_drained().await;
     }
 
     /// Whether [`shut_down`](Self::shut_down) or
@@ -593,28 +259,7 @@ impl<T: Send> Clone for Queue<T> {
 
 impl<T: Send> fmt::Debug for Queue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = self.shared.state.lock();
-        f.debug_struct("Queue")
-            .field("queued", &state.fifo.len())
-            .field("processing", &state.processing)
-            .field("delayed", &state.delayed.pending())
-            .field("delayed_unrecorded", &state.delayed.unrecorded())
-            .field("shutting_down", &state.shutting_down)
-            .finish()
-    }
-}
-
-impl<T: Eq + Hash + Clone + Send> Shared<T> {
-    /// Refreshes the unfinished-work gauges; `false` once the queue is shutting down.
-    fn update_unfinished_work(&self) -> bool {
-        let state = self.state.lock();
-        if state.shutting_down {
-            return false;
-        }
-        if let Some(metrics) = &state.metrics {
-            metrics.update_unfinished_work();
-        }
-        true
+        self.shared.fmt(f)
     }
 }
 
@@ -640,326 +285,9 @@ fn spawn_unfinished_work_updater<T: Eq + Hash + Clone + Send + 'static>(shared: 
     });
 }
 
-// === impl State ===
-
-impl<T: Eq + Hash + Clone + Send> State<T> {
-    /// The "add" transition of the state table, for an item that is due now.
-    pub(crate) fn enqueue(&mut self, item: T, wake: &mut WakeList) {
-        match self.items.entry(item) {
-            Entry::Vacant(vacant) => {
-                let queued = self.fifo.push(vacant.key().clone());
-                if let Some(metrics) = &mut self.metrics {
-                    metrics.add(vacant.key());
-                }
-                vacant.insert(queued.pack());
-                self.waiters.wake_for_item(wake);
-            }
-            Entry::Occupied(mut occupied) => {
-                let next = match self.fifo.current(*occupied.get()) {
-                    ItemState::Queued(_) | ItemState::ProcessingDirty => return,
-                    ItemState::Processing => ItemState::ProcessingDirty,
-                    ItemState::Waiting(_) => {
-                        self.delayed.cancel_one();
-                        self.waiters.wake_for_item(wake);
-                        self.fifo.push(occupied.key().clone())
-                    }
-                    ItemState::ProcessingWaiting(_) => {
-                        self.delayed.cancel_one();
-                        ItemState::ProcessingDirty
-                    }
-                };
-                occupied.insert(next.pack());
-                if let Some(metrics) = &mut self.metrics {
-                    metrics.add(occupied.key());
-                }
-            }
-        }
-    }
-
-    /// The `add` of an item the map already holds as queued, dirty or being processed, with
-    /// one probe: nothing changes for the first two (the duplicate add), and an item being
-    /// processed is marked dirty, which wakes nobody. Returns whether the add was handled,
-    /// leaving `item` dirty; `false` sends `add` down the general path.
-    ///
-    /// Answers only when no delayed entry is pending, so that there is nothing to promote
-    /// first; with entries pending, `add` takes the general path.
-    #[inline]
-    fn add_known(&mut self, item: &T) -> bool {
-        if !self.delayed.is_empty() {
-            return false;
-        }
-        let Some(state) = self.items.get_mut(item) else {
-            return false;
-        };
-        match self.fifo.current(*state) {
-            ItemState::Queued(_) | ItemState::ProcessingDirty => {}
-            ItemState::Processing => {
-                *state = ItemState::ProcessingDirty.pack();
-                if let Some(metrics) = &mut self.metrics {
-                    metrics.add(item);
-                }
-            }
-            ItemState::Waiting(_) | ItemState::ProcessingWaiting(_) => return false,
-        }
-        true
-    }
-
-    /// Takes the oldest queued item. Popping it from the FIFO is what marks it as being
-    /// processed: the map is not touched (see [`Fifo::current`]).
-    ///
-    /// This is the one transition out of the dirty states, so it is counted for the
-    /// lock-free duplicate check before the item is handed out.
-    fn pop(&mut self, counters: &PopCounters<T>) -> Option<T> {
-        let seq = self.fifo.popped;
-        let item = self.fifo.pop()?;
-        debug_assert_eq!(self.items.get(&item), Some(&ItemState::Queued(seq).pack()));
-        if counters.is_counting() {
-            counters.count_pop(&item);
-        }
-        self.processing += 1;
-        if let Some(metrics) = &mut self.metrics {
-            metrics.get(&item);
-        }
-        Some(item)
-    }
-
-    /// The "done" transition. Returns whether a drain just completed.
-    fn done(&mut self, item: &T, wake: &mut WakeList) -> bool {
-        let EntryRef::Occupied(mut entry) = self.items.entry_ref(item) else {
-            return false;
-        };
-        match self.fifo.current(*entry.get()) {
-            ItemState::Processing => {
-                entry.remove();
-            }
-            ItemState::ProcessingDirty => {
-                entry.insert(self.fifo.push(entry.key().clone()).pack());
-                self.waiters.wake_for_item(wake);
-            }
-            ItemState::ProcessingWaiting(at) => {
-                entry.insert(ItemState::Waiting(at).pack());
-            }
-            // Not handed out: a stray `done` changes nothing.
-            ItemState::Queued(_) | ItemState::Waiting(_) => return false,
-        }
-        self.processing -= 1;
-        if let Some(metrics) = &mut self.metrics {
-            metrics.done(item);
-        }
-        self.drain && self.is_drained()
-    }
-
-    /// Marks the queue as shutting down, drops pending delayed entries, wakes every getter.
-    fn shut_down(&mut self, drain: bool, wake: &mut WakeList) {
-        self.shutting_down = true;
-        self.drain = drain;
-        self.discard_delayed();
-        self.waiters.wake_all(wake);
-    }
-
-    /// Parks the polled getter in `slot`; returns the deadline to sleep until if it keeps
-    /// the delaying timer.
-    fn park_waiter(
-        &mut self,
-        slot: usize,
-        old: Option<std::task::Waker>,
-        waker: &std::task::Waker,
-    ) -> Option<u64> {
-        if !self.waiters.has_keeper() && !self.delayed.is_empty() {
-            self.waiters.claim_keeper(slot);
-        }
-        self.waiters.park(slot, old, waker);
-        if !self.waiters.is_keeper(slot) {
-            return None;
-        }
-        let at = self.delayed.next_deadline();
-        self.waiters.set_armed(at);
-        at
-    }
-}
-
-impl<T> State<T> {
-    /// Whether nothing is queued and nothing is being processed.
-    fn is_drained(&self) -> bool {
-        self.processing == 0 && self.fifo.is_empty()
-    }
-
-    /// Frees the slot of a `get` that completed.
-    fn release_waiter(&mut self, slot: usize, wake: &mut WakeList) {
-        self.waiters.release(slot);
-        self.ensure_keeper(wake);
-    }
-
-    /// Frees the slot of a `get` whose future was dropped, passing on any wake-up it got.
-    fn cancel_waiter(&mut self, slot: usize, wake: &mut WakeList) {
-        self.waiters.release(slot);
-        if !self.fifo.is_empty() {
-            self.waiters.wake_for_item(wake);
-        }
-        self.ensure_keeper(wake);
-    }
-
-    /// Wakes an idle getter to take the keeper role if delayed entries have no keeper.
-    fn ensure_keeper(&mut self, wake: &mut WakeList) {
-        if !self.waiters.has_keeper() && !self.delayed.is_empty() {
-            self.waiters.wake_idle(wake);
-        }
-    }
-}
-
-// === impl Waiter ===
-
-/// How much earlier than a delayed deadline the keeper's tokio sleep ends, when the deadline
-/// is further away than [`PRECISE_HORIZON`].
-///
-/// tokio's timer counts whole milliseconds and rounds deadlines up, so a tokio sleep to the
-/// deadline would fire up to about a millisecond late. A sleep to 1 ms before it ends at most
-/// on the deadline; from there the keeper also registers an OS-clock wake-up
-/// ([`crate::precise`]) for the deadline itself.
-const TIMER_SLACK: Duration = Duration::from_millis(1);
-
-/// How close to its deadline the keeper registers an OS-clock wake-up (beside its tokio
-/// sleep, which then only backs it up).
-const PRECISE_HORIZON: Duration = Duration::from_millis(2);
-
-/// The shortest time the keeper sleeps: a deadline closer than this is fired this long from
-/// now, together with every other one due by then.
-///
-/// Deadlines can be arbitrarily dense (thousands per millisecond); waking for each one would
-/// cost a thread switch per item. With this floor the keeper wakes at most once per
-/// `COALESCE` and an item waits at most this much past its deadline for the wake-up (it is
-/// never handed out early). A lone deadline is not delayed: the keeper sleeps to it exactly.
-const COALESCE: Duration = Duration::from_micros(200);
-
-/// The difference between tokio's clock and the OS clock above which the keeper takes tokio's
-/// clock for paused (tests) and uses only tokio's timer, which follows it.
-const PAUSED_CLOCK_SKEW: Duration = Duration::from_millis(1);
-
-/// The part of a `get` future that must be cleaned up if the future is dropped.
-struct Waiter<'a, T: Send> {
-    shared: &'a Shared<T>,
-    /// The getter's slot in `Waiters`, once it has parked.
-    slot: Option<usize>,
-    /// The keeper's tokio sleep. Boxed: only the keeper sleeps, and this keeps `get`'s
-    /// future small.
-    sleep: Option<Pin<Box<Sleep>>>,
-    /// The keeper's OS-clock wake-up, when its deadline is near.
-    precise: Option<Box<PreciseWake>>,
-    /// When the keeper last decided to wake up (its deadline, or later by up to
-    /// [`COALESCE`]).
-    fire_at: Option<Instant>,
-}
-
-impl<T: Eq + Hash + Clone + Send> Waiter<'_, T> {
-    /// One poll of `get`: take an item, report shutdown, or park (and, as the keeper, sleep
-    /// until the earliest delayed deadline).
-    fn poll_get(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        let mut timer_fired = false;
-        loop {
-            let deadline = {
-                let mut wake = WakeList::default();
-                let mut state = self.shared.state.lock();
-                let old_waker = self.slot.and_then(|slot| state.waiters.begin_poll(slot));
-                state.promote_due(self.shared.epoch, &mut wake);
-                let out = match state.pop(&self.shared.counters) {
-                    Some(item) => Some(Some(item)),
-                    None if state.shutting_down => Some(None),
-                    None => None,
-                };
-                if let Some(out) = out {
-                    if let Some(slot) = self.slot.take() {
-                        state.release_waiter(slot, &mut wake);
-                    }
-                    return Poll::Ready(out);
-                }
-                let slot = *self.slot.get_or_insert_with(|| state.waiters.register());
-                state.park_waiter(slot, old_waker, cx.waker())
-            };
-            let Some(at) = deadline else {
-                self.sleep = None;
-                self.precise = None;
-                self.fire_at = None;
-                return Poll::Pending;
-            };
-            // Keeper: sleep on tokio's timer until shortly before the deadline, then on the
-            // OS clock until it passes.
-            let when = self.shared.instant_at(at);
-            let now = Instant::now();
-            if when <= now {
-                continue; // came due since the promotion above
-            }
-            // Keep a wake-up already set for no earlier than this deadline and no later than
-            // `COALESCE` from now, so that repeated polls cannot push it back.
-            let fire_at = match self.fire_at {
-                Some(set) if when <= set && set <= now + COALESCE => set,
-                _ => when.max(now + COALESCE),
-            };
-            self.fire_at = Some(fire_at);
-            let target = if fire_at - now > PRECISE_HORIZON {
-                self.precise = None;
-                fire_at - TIMER_SLACK
-            } else {
-                self.arm_precise(now, fire_at, cx.waker());
-                fire_at
-            };
-            let timer = match &mut self.sleep {
-                Some(timer) => {
-                    if timer.deadline() != target {
-                        timer.as_mut().reset(target);
-                    }
-                    timer
-                }
-                None => self
-                    .sleep
-                    .insert(Box::pin(tokio::time::sleep_until(target))),
-            };
-            if timer.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            self.sleep = None;
-            if timer_fired {
-                // The timer fired twice in one poll without anything coming due: yield to the
-                // scheduler instead of spinning while the clock catches up.
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
-            timer_fired = true;
-        }
-    }
-
-    /// Registers (or keeps) the OS-clock wake-up for `fire_at`, unless tokio's clock does
-    /// not follow the OS clock (it is paused).
-    fn arm_precise(&mut self, now: Instant, fire_at: Instant, waker: &std::task::Waker) {
-        let os_now = std::time::Instant::now();
-        let std_now = now.into_std();
-        let skew = os_now
-            .checked_duration_since(std_now)
-            .unwrap_or_else(|| std_now - os_now);
-        if skew > PAUSED_CLOCK_SKEW {
-            self.precise = None;
-            return;
-        }
-        let at = fire_at.into_std();
-        if self.precise.as_ref().is_some_and(|p| p.is_for(at, waker)) {
-            return;
-        }
-        self.precise = None; // cancel before registering anew
-        self.precise = precise::wake_at(at, waker).map(Box::new);
-    }
-}
-
-impl<T: Send> Drop for Waiter<'_, T> {
-    fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            let mut wake = WakeList::default();
-            let mut state = self.shared.state.lock();
-            state.cancel_waiter(slot, &mut wake);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::pin::pin;
     use std::task::Poll;
 
     use super::*;
@@ -1307,28 +635,6 @@ mod tests {
         assert_eq!(queue.len(), 1);
         let mut get = pin!(queue.get());
         assert_eq!(poll_once(get.as_mut()), Poll::Ready(Some(1)));
-    }
-
-    #[test]
-    fn a_stored_state_is_one_word() {
-        assert_eq!(std::mem::size_of::<PackedState>(), 8);
-    }
-
-    #[test]
-    fn every_state_survives_packing() {
-        for state in [
-            ItemState::Queued(0),
-            ItemState::Queued(MAX_PAYLOAD),
-            ItemState::Processing,
-            ItemState::ProcessingDirty,
-            ItemState::Waiting(0),
-            ItemState::Waiting(1),
-            ItemState::Waiting(MAX_PAYLOAD),
-            ItemState::ProcessingWaiting(0),
-            ItemState::ProcessingWaiting(MAX_PAYLOAD),
-        ] {
-            assert_eq!(state.pack().get(), state);
-        }
     }
 
     #[test]

@@ -183,7 +183,7 @@ pub fn default_item_based_rate_limiter<T: Eq + Hash + Clone + Send>() -> ItemExp
 pub struct ItemExponentialFailure<T> {
     base: Duration,
     max: Duration,
-    failures: Mutex<HashMap<T, u32>>,
+    failures: Failures<T>,
 }
 
 impl<T: Eq + Hash + Clone + Send> ItemExponentialFailure<T> {
@@ -206,23 +206,23 @@ impl<T: Eq + Hash + Clone + Send> ItemExponentialFailure<T> {
         Self {
             base,
             max,
-            failures: Mutex::new(HashMap::new()),
+            failures: Failures::new(),
         }
     }
 }
 
 impl<T: Eq + Hash + Clone + Send> RateLimiter<T> for ItemExponentialFailure<T> {
     fn when(&self, item: &T) -> Duration {
-        let previous = bump_failures(&self.failures, item);
+        let previous = self.failures.bump(item);
         exponential_delay(self.base, self.max, previous)
     }
 
     fn forget(&self, item: &T) {
-        self.failures.lock().remove(item);
+        self.failures.forget(item);
     }
 
     fn num_requeues(&self, item: &T) -> u32 {
-        self.failures.lock().get(item).copied().unwrap_or(0)
+        self.failures.count(item)
     }
 }
 
@@ -235,19 +235,40 @@ impl<T> fmt::Debug for ItemExponentialFailure<T> {
     }
 }
 
-/// Increments the failure count of `item`; returns the count before the increment.
-fn bump_failures<T: Eq + Hash + Clone>(failures: &Mutex<HashMap<T, u32>>, item: &T) -> u32 {
-    let mut failures = failures.lock();
-    match failures.get_mut(item) {
-        Some(count) => {
-            let previous = *count;
-            *count = count.saturating_add(1);
-            previous
+/// Failure counts per item: the one table behind every per-item limiter
+/// ([`ItemExponentialFailure`], [`ItemFastSlow`]), which differ only in how a count becomes
+/// a delay.
+struct Failures<T>(Mutex<HashMap<T, u32>>);
+
+impl<T: Eq + Hash + Clone> Failures<T> {
+    fn new() -> Self {
+        Self(Mutex::new(HashMap::new()))
+    }
+
+    /// Counts one more failure of `item`; returns the count before it.
+    fn bump(&self, item: &T) -> u32 {
+        let mut failures = self.0.lock();
+        match failures.get_mut(item) {
+            Some(count) => {
+                let previous = *count;
+                *count = count.saturating_add(1);
+                previous
+            }
+            None => {
+                failures.insert(item.clone(), 1);
+                0
+            }
         }
-        None => {
-            failures.insert(item.clone(), 1);
-            0
-        }
+    }
+
+    /// Clears the count of `item`.
+    fn forget(&self, item: &T) {
+        self.0.lock().remove(item);
+    }
+
+    /// The count of `item`.
+    fn count(&self, item: &T) -> u32 {
+        self.0.lock().get(item).copied().unwrap_or(0)
     }
 }
 
@@ -400,7 +421,7 @@ pub struct ItemFastSlow<T> {
     fast: Duration,
     slow: Duration,
     max_fast_attempts: u32,
-    failures: Mutex<HashMap<T, u32>>,
+    failures: Failures<T>,
 }
 
 impl<T: Eq + Hash + Clone + Send> ItemFastSlow<T> {
@@ -417,14 +438,14 @@ impl<T: Eq + Hash + Clone + Send> ItemFastSlow<T> {
             fast,
             slow,
             max_fast_attempts,
-            failures: Mutex::new(HashMap::new()),
+            failures: Failures::new(),
         })
     }
 }
 
 impl<T: Eq + Hash + Clone + Send> RateLimiter<T> for ItemFastSlow<T> {
     fn when(&self, item: &T) -> Duration {
-        let attempt = bump_failures(&self.failures, item).saturating_add(1);
+        let attempt = self.failures.bump(item).saturating_add(1);
         if attempt <= self.max_fast_attempts {
             self.fast
         } else {
@@ -433,11 +454,11 @@ impl<T: Eq + Hash + Clone + Send> RateLimiter<T> for ItemFastSlow<T> {
     }
 
     fn forget(&self, item: &T) {
-        self.failures.lock().remove(item);
+        self.failures.forget(item);
     }
 
     fn num_requeues(&self, item: &T) -> u32 {
-        self.failures.lock().get(item).copied().unwrap_or(0)
+        self.failures.count(item)
     }
 }
 
