@@ -71,7 +71,6 @@ pub mod protobuf;
 mod rate_limit;
 mod raw;
 mod scan;
-mod scan_block;
 mod tls;
 mod watch;
 
