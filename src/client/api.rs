@@ -219,7 +219,7 @@ impl<K: WatchObject> Api<K> {
                 Err(source @ proto_json::Error::UnknownField { .. }) => {
                     // A server newer than our tables: JSON for this kind from now on.
                     tracing::warn!(%source, path, "reading this kind as JSON from now on");
-                    kind.refuse();
+                    self.client.inner.refusals.refuse(kind);
                 }
                 Err(source) => {
                     return Err(Error::Protobuf {

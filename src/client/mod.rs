@@ -225,6 +225,8 @@ struct Inner {
     timeout: Option<Duration>,
     max_retries: u32,
     protobuf: bool,
+    /// The kinds this client reads as JSON though they have a protobuf form.
+    refusals: Arc<proto_json::Refusals>,
     default_namespace: String,
     source: String,
     /// Told of every attempt; see [`ClientOptions::observer`].
@@ -369,6 +371,7 @@ impl Client {
                 timeout: options.timeout,
                 max_retries: options.max_retries,
                 protobuf: options.protobuf,
+                refusals: Arc::default(),
                 default_namespace: config.default_namespace,
                 source: config.source,
                 observer: options.observer,
@@ -383,9 +386,11 @@ impl Client {
     }
 
     /// The protobuf form to ask for when listing or watching `K`: `K`'s, unless the client
-    /// was built with [`ClientOptions::protobuf`] off.
+    /// was built with [`ClientOptions::protobuf`] off or has met a message of `K` holding a
+    /// field its tables do not know.
     pub(crate) fn protobuf_kind<K: WatchObject>(&self) -> Option<proto_json::ProtoKind> {
-        K::protobuf_kind().filter(|_| self.inner.protobuf)
+        K::protobuf_kind()
+            .filter(|&kind| self.inner.protobuf && self.inner.refusals.usable(kind))
     }
 
     /// The server's base URL.
@@ -571,6 +576,7 @@ impl Client {
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v.starts_with(protobuf::MEDIA_TYPE))
         });
+        let protobuf = protobuf.map(|kind| (kind, self.inner.refusals.clone()));
         Ok(WatchStream::new(response.into_body(), url, protobuf))
     }
 }

@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
@@ -21,7 +22,7 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, Error as _};
 
 use super::error::{Error, Result, Status, snippet};
-use super::proto_json::{self, ProtoKind};
+use super::proto_json::{self, ProtoKind, Refusals};
 use super::protobuf::{self, WatchFramer};
 use super::raw::Raw;
 use super::scan;
@@ -135,7 +136,7 @@ impl<K> WatchObject for K where K: k8s_openapi::Metadata<Ty = ObjectMeta> + Dese
 
 impl<K: k8s_openapi::Resource> WatchObject for Raw<K> {
     fn protobuf_kind() -> Option<ProtoKind> {
-        proto_json::kind(K::GROUP, K::VERSION, K::KIND).filter(|kind| kind.usable())
+        proto_json::kind(K::GROUP, K::VERSION, K::KIND)
     }
 
     fn from_protobuf(kind: ProtoKind, object: &[u8]) -> proto_json::Result<Self> {
@@ -166,8 +167,7 @@ impl<K: k8s_openapi::Resource> WatchObject for Raw<K> {
 }
 
 /// Decodes one protobuf watch frame of `kind` into an event, as [`decode_event`] does a
-/// JSON one. A field the tables do not know makes `kind` JSON-only from then on, so the
-/// relist that follows the error reads JSON.
+/// JSON one.
 ///
 /// # Errors
 ///
@@ -177,15 +177,9 @@ pub fn decode_protobuf_event<K: WatchObject>(
     frame: &[u8],
     what: &str,
 ) -> Result<WatchEvent<K>> {
-    let fail = |source: proto_json::Error| {
-        if matches!(source, proto_json::Error::UnknownField { .. }) {
-            tracing::warn!(%source, "reading this kind as JSON from now on");
-            kind.refuse();
-        }
-        Error::Protobuf {
-            what: format!("a watch frame from {what}"),
-            source,
-        }
+    let fail = |source: proto_json::Error| Error::Protobuf {
+        what: format!("a watch frame from {what}"),
+        source,
     };
     let event = protobuf::watch_event(frame).map_err(|e| fail(e.into()))?;
     let raw = event.object.raw;
@@ -321,8 +315,9 @@ pub struct WatchStream<K> {
 enum Framing {
     /// Newline-delimited JSON.
     Json(FrameDecoder),
-    /// Length-prefixed protobuf of this kind.
-    Protobuf(WatchFramer, ProtoKind),
+    /// Length-prefixed protobuf of this kind; a field the tables do not know refuses the
+    /// kind in the client's `Refusals`, so the relist that follows the error reads JSON.
+    Protobuf(WatchFramer, ProtoKind, Arc<Refusals>),
 }
 
 impl<K> std::fmt::Debug for WatchStream<K> {
@@ -336,9 +331,13 @@ impl<K> std::fmt::Debug for WatchStream<K> {
 
 impl<K: WatchObject> WatchStream<K> {
     /// A stream over `body`: protobuf frames of `protobuf` if given, JSON lines otherwise.
-    pub(crate) fn new(body: Incoming, url: String, protobuf: Option<ProtoKind>) -> Self {
+    pub(crate) fn new(
+        body: Incoming,
+        url: String,
+        protobuf: Option<(ProtoKind, Arc<Refusals>)>,
+    ) -> Self {
         let framing = match protobuf {
-            Some(kind) => Framing::Protobuf(WatchFramer::default(), kind),
+            Some((kind, refusals)) => Framing::Protobuf(WatchFramer::default(), kind, refusals),
             None => Framing::Json(FrameDecoder::new()),
         };
         WatchStream {
@@ -361,8 +360,19 @@ impl<K: WatchObject> WatchStream<K> {
                 let frame = decoder.next_frame()?;
                 Some(decode_event(&frame, &self.url))
             }
-            Framing::Protobuf(framer, kind) => match framer.next_frame() {
-                Ok(frame) => Some(decode_protobuf_event(*kind, &frame?, &self.url)),
+            Framing::Protobuf(framer, kind, refusals) => match framer.next_frame() {
+                Ok(frame) => {
+                    let event = decode_protobuf_event(*kind, &frame?, &self.url);
+                    if let Err(Error::Protobuf {
+                        source: source @ proto_json::Error::UnknownField { .. },
+                        ..
+                    }) = &event
+                    {
+                        tracing::warn!(%source, url = self.url, "reading this kind as JSON from now on");
+                        refusals.refuse(*kind);
+                    }
+                    Some(event)
+                }
                 Err(e) => Some(Err(Error::Protobuf {
                     what: format!("a watch frame from {}", self.url),
                     source: e.into(),
@@ -402,7 +412,7 @@ impl<K: WatchObject> WatchStream<K> {
                     if let Ok(data) = frame.into_data() {
                         match &mut self.framing {
                             Framing::Json(decoder) => decoder.push(data),
-                            Framing::Protobuf(framer, _) => framer.push_bytes(data),
+                            Framing::Protobuf(framer, ..) => framer.push_bytes(data),
                         }
                     }
                 }
@@ -417,7 +427,7 @@ impl<K: WatchObject> WatchStream<K> {
                     self.body = None;
                     let len = match &self.framing {
                         Framing::Json(decoder) => decoder.pending(),
-                        Framing::Protobuf(framer, _) => framer.pending(),
+                        Framing::Protobuf(framer, ..) => framer.pending(),
                     };
                     if len > 0 {
                         return Some(Err(Error::TruncatedFrame {
