@@ -60,6 +60,7 @@ pub enum Error {
     /// A protobuf response or watch frame that could not be read or transcoded into JSON.
     /// A field this client's tables do not know also makes the client read that kind as
     /// JSON from then on, so the list or watch that follows succeeds.
+    #[cfg(feature = "protobuf")]
     #[error("decoding {what}: {source}")]
     Protobuf {
         /// What was being decoded, e.g. `a watch frame from /api/v1/pods`.
@@ -209,6 +210,7 @@ impl Error {
 
 /// A `Status` for an error response whose body was not a `Status`.
 pub(crate) fn status_from_response(code: u16, body: &[u8]) -> Status {
+    #[cfg(feature = "protobuf")]
     let decoded = if body.starts_with(super::protobuf::MAGIC) {
         super::protobuf::envelope(body)
             .ok()
@@ -217,6 +219,8 @@ pub(crate) fn status_from_response(code: u16, body: &[u8]) -> Status {
     } else {
         serde_json::from_slice::<Status>(body).ok()
     };
+    #[cfg(not(feature = "protobuf"))]
+    let decoded = serde_json::from_slice::<Status>(body).ok();
     if let Some(mut status) = decoded
         && (status.code.is_some() || status.reason.is_some() || status.message.is_some())
     {

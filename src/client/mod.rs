@@ -11,12 +11,10 @@
 //!                 ◀── error body ─▶ Error::Api(Status)
 //! ```
 //!
-//! [`protobuf`] reads the apiserver's protobuf wire format (envelope, lists, watch frames,
-//! object metadata) for built-in kinds, fetched with [`Client::get_protobuf`].
-//! [`proto_json`] transcodes a built-in object from protobuf into the JSON the server would
-//! have sent: lists and watches of [`Raw`] of a built-in kind (what informers cache) ask for
-//! protobuf, which the server encodes about twice as fast, and keep the same JSON
-//! ([`ClientOptions::protobuf`] turns it off).
+//! With the `protobuf` feature (on by default), lists and watches of [`Raw`] of a built-in
+//! kind (what informers cache) ask for the apiserver's protobuf form, which it encodes about
+//! twice as fast, and transcode it into the same JSON the server would have sent
+//! ([`ClientOptions::protobuf`] turns it off for one client).
 //!
 //! A [`Client`] is cheap to clone; clones share one connection pool. Against a server that
 //! offers HTTP/2 (every kube-apiserver does), all requests, watches included, share one TLS
@@ -64,10 +62,14 @@ mod dynamic;
 mod error;
 mod lister_watcher;
 mod params;
-pub mod proto_json;
+#[cfg(feature = "protobuf")]
+pub(crate) mod proto_json;
+#[cfg(feature = "protobuf")]
 mod proto_schema;
+#[cfg(feature = "protobuf")]
 mod proto_tables;
-pub mod protobuf;
+#[cfg(feature = "protobuf")]
+pub(crate) mod protobuf;
 mod rate_limit;
 mod raw;
 mod scan;
@@ -96,10 +98,12 @@ pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,
 };
+#[cfg(feature = "protobuf")]
+pub use proto_json::{Error as ProtobufError, ProtoKind};
 pub use raw::{MetaView, OwnerRefView, Raw};
 pub use watch::{
-    Bookmark, BookmarkMeta, FrameDecoder, INITIAL_EVENTS_END, WatchEvent, WatchObject, WatchStream,
-    decode_event, decode_protobuf_event,
+    Bookmark, BookmarkMeta, EventReader, FrameDecoder, INITIAL_EVENTS_END, WatchEvent, WatchObject,
+    WatchStream, decode_event,
 };
 
 use crate::config::{Config, Credentials};
@@ -166,7 +170,7 @@ pub struct ClientOptions {
     /// List and watch built-in kinds as protobuf when the objects are cached as
     /// [`Raw`] (what informers cache), transcoding them into the same JSON: the server
     /// encodes protobuf about twice as fast and sends fewer bytes. Default true; false keeps
-    /// every request on JSON.
+    /// every request on JSON, as does building without the `protobuf` feature.
     pub protobuf: bool,
     /// Told of every HTTP attempt (retries included) with its method, host, status and
     /// latency: where the `rest_client_*` metrics come from (the runtime's
@@ -224,8 +228,10 @@ struct Inner {
     user_agent: HeaderValue,
     timeout: Option<Duration>,
     max_retries: u32,
+    #[cfg_attr(not(feature = "protobuf"), allow(dead_code))]
     protobuf: bool,
     /// The kinds this client reads as JSON though they have a protobuf form.
+    #[cfg(feature = "protobuf")]
     refusals: Arc<proto_json::Refusals>,
     default_namespace: String,
     source: String,
@@ -246,6 +252,7 @@ impl std::fmt::Debug for Client {
 
 /// What a list or watch of a built-in kind accepts: protobuf, or JSON if the server has no
 /// protobuf form of it.
+#[cfg(feature = "protobuf")]
 pub(crate) const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
 
 /// One request, before it is sent (perhaps several times).
@@ -371,6 +378,7 @@ impl Client {
                 timeout: options.timeout,
                 max_retries: options.max_retries,
                 protobuf: options.protobuf,
+                #[cfg(feature = "protobuf")]
                 refusals: Arc::default(),
                 default_namespace: config.default_namespace,
                 source: config.source,
@@ -388,9 +396,9 @@ impl Client {
     /// The protobuf form to ask for when listing or watching `K`: `K`'s, unless the client
     /// was built with [`ClientOptions::protobuf`] off or has met a message of `K` holding a
     /// field its tables do not know.
+    #[cfg(feature = "protobuf")]
     pub(crate) fn protobuf_kind<K: WatchObject>(&self) -> Option<proto_json::ProtoKind> {
-        K::protobuf_kind()
-            .filter(|&kind| self.inner.protobuf && self.inner.refusals.usable(kind))
+        K::protobuf_kind().filter(|&kind| self.inner.protobuf && self.inner.refusals.usable(kind))
     }
 
     /// The server's base URL.
@@ -410,20 +418,6 @@ impl Client {
     pub async fn get_raw(&self, path: &str) -> Result<Bytes> {
         self.request_bytes(Req::new(Method::GET, path.to_owned()))
             .await
-    }
-
-    /// GETs `path` asking for protobuf ([`protobuf::MEDIA_TYPE`]) and returns the body,
-    /// which [`protobuf::envelope`] reads. Built-in kinds only: custom resources have no
-    /// protobuf form.
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::get_raw`]; an error answer's protobuf `Status` is decoded into
-    /// [`Error::Api`] like a JSON one.
-    pub async fn get_protobuf(&self, path: &str) -> Result<Bytes> {
-        let mut req = Req::new(Method::GET, path.to_owned());
-        req.accept = protobuf::MEDIA_TYPE;
-        self.request_bytes(req).await
     }
 
     /// Sends a request with a JSON body (if any) to `path` and decodes the JSON answer.
@@ -539,13 +533,14 @@ impl Client {
         decode_json(what, &body)
     }
 
-    /// Starts a watch. With `protobuf`, the request asks for that kind as protobuf (falling
-    /// back to JSON), and the stream reads whichever the server sends.
-    pub(crate) async fn request_watch<K: WatchObject>(
-        &self,
-        mut req: Req,
-        protobuf: Option<proto_json::ProtoKind>,
-    ) -> Result<WatchStream<K>> {
+    /// Starts a watch of `K`: as protobuf if `K` has a protobuf form this client reads
+    /// (falling back to JSON), and the stream reads whichever the server sends.
+    pub(crate) async fn request_watch<K: WatchObject>(&self, req: Req) -> Result<WatchStream<K>> {
+        #[cfg(feature = "protobuf")]
+        let mut req = req;
+        #[cfg(feature = "protobuf")]
+        let protobuf = self.protobuf_kind::<K>();
+        #[cfg(feature = "protobuf")]
         if protobuf.is_some() {
             req.accept = ACCEPT_PROTOBUF;
         }
@@ -569,15 +564,23 @@ impl Client {
         }
         // Asked for protobuf, a server may still answer JSON (a custom resource, or a
         // server without it); the Content-Type says which.
-        let protobuf = protobuf.filter(|_| {
-            response
+        #[cfg(feature = "protobuf")]
+        if let Some(kind) = protobuf
+            && response
                 .headers()
                 .get(CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v.starts_with(protobuf::MEDIA_TYPE))
-        });
-        let protobuf = protobuf.map(|kind| (kind, self.inner.refusals.clone()));
-        Ok(WatchStream::new(response.into_body(), url, protobuf))
+        {
+            let refusals = self.inner.refusals.clone();
+            return Ok(WatchStream::protobuf(
+                response.into_body(),
+                url,
+                kind,
+                refusals,
+            ));
+        }
+        Ok(WatchStream::json(response.into_body(), url))
     }
 }
 

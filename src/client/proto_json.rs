@@ -80,7 +80,7 @@ pub enum Error {
 /// The results of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A built-in kind the apiserver can send as protobuf, as [`kind`] finds it.
+/// A built-in kind the apiserver can send as protobuf: what [`WatchObject::protobuf_kind`](super::WatchObject::protobuf_kind) names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProtoKind {
     index: u16,

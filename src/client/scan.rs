@@ -143,6 +143,7 @@ pub(crate) fn scan_frame(input: &str) -> Scan<FrameFields> {
 }
 
 /// Checks that `input` is exactly one well-formed JSON value.
+#[cfg(any(test, feature = "protobuf"))]
 pub(crate) fn validate(input: &str) -> Scan<()> {
     let mut s = Scanner::new(input.as_bytes());
     s.skip_ws();
@@ -420,11 +421,7 @@ impl<'a> Scanner<'a> {
                     return Ok(escaped);
                 }
                 // The common escapes stay in the loop.
-                Some(b'\\')
-                    if bytes
-                        .get(pos + 1)
-                        .is_some_and(|&b| simple_escape(b)) =>
-                {
+                Some(b'\\') if bytes.get(pos + 1).is_some_and(|&b| simple_escape(b)) => {
                     escaped = true;
                     pos += 2;
                 }
