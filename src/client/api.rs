@@ -212,8 +212,8 @@ impl<K: WatchObject> Api<K> {
         if let Some(kind) = self.client.protobuf_kind::<K>() {
             let mut req = Req::new(Method::GET, path.clone());
             req.accept = super::ACCEPT_PROTOBUF;
-            let body = self.client.request_bytes(req).await?;
-            if !body.starts_with(protobuf::MAGIC) {
+            let (protobuf, body) = self.client.request_body(req).await?;
+            if !protobuf {
                 return super::decode_json(format!("the list {path}"), &body);
             }
             match read_protobuf_list(kind, &body) {

@@ -500,10 +500,16 @@ impl Client {
     }
 
     async fn request_bytes(&self, req: Req) -> Result<Bytes> {
+        Ok(self.request_body(req).await?.1)
+    }
+
+    /// Sends `req` and returns the whole body of a 2xx answer, and whether it is protobuf.
+    pub(crate) async fn request_body(&self, req: Req) -> Result<(bool, Bytes)> {
         let url = || format!("{}{}", self.inner.base, req.path);
         let fut = async {
             let response = self.send(&req).await?;
             let status = response.status();
+            let protobuf = arrived_as_protobuf(&response);
             let body = response
                 .into_body()
                 .collect()
@@ -511,10 +517,11 @@ impl Client {
                 .map_err(|source| Error::Body { url: url(), source })?
                 .to_bytes();
             if status.is_success() {
-                Ok(body)
+                Ok((protobuf, body))
             } else {
                 Err(Error::Api(Box::new(status_from_response(
                     status.as_u16(),
+                    protobuf,
                     &body,
                 ))))
             }
@@ -547,6 +554,7 @@ impl Client {
         let response = self.send(&req).await?;
         let status = response.status();
         let url = format!("{}{}", self.inner.base, req.path);
+        let arrived_protobuf = arrived_as_protobuf(&response);
         if !status.is_success() {
             let body = response
                 .into_body()
@@ -559,18 +567,13 @@ impl Client {
                 .to_bytes();
             return Err(Error::Api(Box::new(status_from_response(
                 status.as_u16(),
+                arrived_protobuf,
                 &body,
             ))));
         }
-        // Asked for protobuf, a server may still answer JSON (a custom resource, or a
-        // server without it); the Content-Type says which.
         #[cfg(feature = "protobuf")]
         if let Some(kind) = protobuf
-            && response
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.starts_with(protobuf::MEDIA_TYPE))
+            && arrived_protobuf
         {
             let refusals = self.inner.refusals.clone();
             return Ok(WatchStream::protobuf(
@@ -591,6 +594,23 @@ pub(crate) fn decode_json<T: DeserializeOwned>(what: String, body: &[u8]) -> Res
         source,
         snippet: snippet(body, 200),
     })
+}
+
+/// Whether `response` is protobuf, as its Content-Type says: the one test of which wire
+/// format arrived. Asked for protobuf, a server may still answer JSON (a custom resource, or
+/// a server without it); without the `protobuf` feature nothing asks for it.
+fn arrived_as_protobuf<B>(response: &Response<B>) -> bool {
+    #[cfg(feature = "protobuf")]
+    return response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with(protobuf::MEDIA_TYPE));
+    #[cfg(not(feature = "protobuf"))]
+    {
+        let _ = response;
+        false
+    }
 }
 
 /// The wait a `Retry-After` header asks for, in whole seconds as the API server sends it.
