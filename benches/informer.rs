@@ -21,11 +21,7 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use controller_runtime::client::proto_json::ProtoKind;
-use controller_runtime::client::protobuf::WatchFramer;
-use controller_runtime::client::{
-    FrameDecoder, Raw, WatchEvent, WatchObject, decode_event, decode_protobuf_event,
-};
+use controller_runtime::client::{EventReader, Raw, WatchEvent, WatchObject};
 use controller_runtime::informer::lister_watcher::{Result as LwResult, WatchEvent as LwEvent};
 use controller_runtime::informer::{
     DeltaFifo, DeltaFifoOptions, DeltaType, EventStream, HandlerFns, IndexFunc, Indexer,
@@ -242,29 +238,24 @@ struct ReplayStream {
     ended: bool,
 }
 
-/// How the replayed body is cut and decoded, as the client's watch stream does.
-enum Framing {
-    Json(FrameDecoder),
-    Protobuf(WatchFramer, ProtoKind),
-}
+/// How the replayed body is cut and decoded: the client's watch stream's reader.
+struct Framing(EventReader);
 
 impl Framing {
+    fn json() -> Self {
+        Framing(EventReader::json())
+    }
+
+    fn protobuf() -> Self {
+        Framing(EventReader::protobuf::<Raw<ConfigMap>>().expect("a built-in kind"))
+    }
+
     fn push(&mut self, chunk: &bytes::Bytes) {
-        match self {
-            Framing::Json(decoder) => decoder.push(chunk.clone()),
-            Framing::Protobuf(framer, _) => framer.push_bytes(chunk.clone()),
-        }
+        self.0.push(chunk.clone());
     }
 
     fn next_event<K: WatchObject>(&mut self) -> Option<WatchEvent<K>> {
-        let event = match self {
-            Framing::Json(decoder) => decode_event(&decoder.next_frame()?, "bench"),
-            Framing::Protobuf(framer, kind) => {
-                let frame = framer.next_frame().expect("a valid frame")?;
-                decode_protobuf_event(*kind, &frame, "bench")
-            }
-        };
-        Some(event.expect("a valid event"))
+        Some(self.0.next_event("bench")?.expect("a valid event"))
     }
 }
 
@@ -281,10 +272,9 @@ impl ListerWatcher<Raw<ConfigMap>> for Replay {
 
     async fn watch(&self, _: &WatchOptions) -> LwResult<ReplayStream> {
         let framing = if self.protobuf {
-            let kind = Raw::<ConfigMap>::protobuf_kind().expect("a built-in kind");
-            Framing::Protobuf(WatchFramer::default(), kind)
+            Framing::protobuf()
         } else {
-            Framing::Json(FrameDecoder::new())
+            Framing::json()
         };
         Ok(ReplayStream {
             chunks: self.chunks.clone(),
@@ -299,13 +289,10 @@ impl EventStream<Raw<ConfigMap>> for ReplayStream {
     async fn next(&mut self) -> Option<LwResult<LwEvent<Raw<ConfigMap>>>> {
         loop {
             if let Some(event) = self.framing.next_event() {
-                let event = match event {
-                    WatchEvent::Added(o) => LwEvent::Added(o),
-                    WatchEvent::Modified(o) => LwEvent::Modified(o),
-                    WatchEvent::Deleted(o) => LwEvent::Deleted(o),
-                    WatchEvent::Bookmark(_) => continue,
-                };
-                return Some(Ok(event));
+                if matches!(event, WatchEvent::Bookmark(_)) {
+                    continue;
+                }
+                return Some(Ok(event.into()));
             }
             if let Some(chunk) = self.chunks.get(self.next_chunk) {
                 // A body arrives a chunk at a time, and its reader yields between chunks:
@@ -332,13 +319,12 @@ impl EventStream<Raw<ConfigMap>> for ReplayStream {
 /// Decodes every frame of `chunks` into the FIFO and pops it into an indexer; returns the
 /// deltas handled.
 fn apply<K: WatchObject + Object>(chunks: &[bytes::Bytes]) -> usize {
-    apply_framed::<K>(chunks, Framing::Json(FrameDecoder::new()))
+    apply_framed::<K>(chunks, Framing::json())
 }
 
 /// [`apply`] for the protobuf recording, into `Raw<ConfigMap>`.
 fn apply_protobuf(chunks: &[bytes::Bytes]) -> usize {
-    let kind = Raw::<ConfigMap>::protobuf_kind().expect("a built-in kind");
-    apply_framed::<Raw<ConfigMap>>(chunks, Framing::Protobuf(WatchFramer::default(), kind))
+    apply_framed::<Raw<ConfigMap>>(chunks, Framing::protobuf())
 }
 
 fn apply_framed<K: WatchObject + Object>(chunks: &[bytes::Bytes], mut framing: Framing) -> usize {

@@ -17,9 +17,8 @@
 mod common;
 
 use bytes::Bytes;
-use controller_runtime::client::protobuf::WatchFramer;
 use controller_runtime::client::{
-    FrameDecoder, Raw, WatchEvent, WatchObject, decode_event, decode_protobuf_event,
+    EventReader, FrameDecoder, Raw, WatchEvent, WatchObject, decode_event,
 };
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -42,14 +41,13 @@ fn decode_all<K: WatchObject>(chunks: &[Bytes]) -> usize {
 }
 
 fn decode_all_protobuf(chunks: &[Bytes]) -> usize {
-    let kind = Raw::<ConfigMap>::protobuf_kind().expect("ConfigMap has a protobuf form");
-    let mut framer = WatchFramer::default();
+    let mut reader =
+        EventReader::protobuf::<Raw<ConfigMap>>().expect("ConfigMap has a protobuf form");
     let mut n = 0;
     for chunk in chunks {
-        framer.push_bytes(chunk.clone());
-        while let Some(frame) = framer.next_frame().expect("a valid frame") {
-            let event: WatchEvent<Raw<ConfigMap>> =
-                decode_protobuf_event(kind, &frame, "the benchmark").expect("a valid event");
+        reader.push(chunk.clone());
+        while let Some(event) = reader.next_event("the benchmark") {
+            let event: WatchEvent<Raw<ConfigMap>> = event.expect("a valid event");
             std::hint::black_box(&event);
             n += 1;
         }

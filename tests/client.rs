@@ -1398,7 +1398,8 @@ async fn http1_only(mode: AuthMode) {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn protobuf_list_reads_the_same_objects_as_json() {
-    use controller_runtime::client::protobuf;
+    use controller_runtime::client::Raw;
+    use controller_runtime::informer::Object;
 
     let client = client(AuthMode::ClientCertificate);
     let ns = TestNamespace::create(&client, "proto").await;
@@ -1413,32 +1414,28 @@ async fn protobuf_list_reads_the_same_objects_as_json() {
     }
     let json = api.list(&ListParams::default().limit(2)).await.unwrap();
 
-    let path = format!("/api/v1/namespaces/{}/configmaps?limit=2", ns.name);
-    let body = client.get_protobuf(&path).await.unwrap();
-    let envelope = protobuf::envelope(&body).unwrap();
-    assert_eq!(
-        (envelope.api_version, envelope.kind),
-        ("v1", "ConfigMapList")
-    );
-    let list = protobuf::list(envelope.raw).unwrap();
+    // `Raw` of a built-in kind is listed as protobuf and transcoded.
+    let raw: Api<Raw<ConfigMap>> = Api::namespaced(client.clone(), &ns.name);
+    let list = raw.list(&ListParams::default().limit(2)).await.unwrap();
     // Three ConfigMaps and the namespace's kube-root-ca.crt, two to a page.
-    assert!(!list.continue_token.is_empty(), "a continue token");
-    assert_eq!(list.remaining_item_count, Some(2));
+    assert!(list.metadata.continue_.is_some(), "a continue token");
+    assert_eq!(list.metadata.remaining_item_count, Some(2));
     assert_eq!(json.metadata.remaining_item_count, Some(2));
     let got: Vec<_> = list
         .items
         .iter()
         .map(|item| {
-            let meta = protobuf::object_meta(item).unwrap();
-            let labels: Vec<_> = meta
+            let labels: Vec<_> = item
+                .meta()
+                .unwrap()
                 .labels
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
             (
-                meta.name.to_owned(),
-                meta.namespace.to_owned(),
-                meta.uid.to_owned(),
+                item.name().to_owned(),
+                item.namespace().unwrap().to_owned(),
+                item.uid().unwrap().to_owned(),
                 labels,
             )
         })
@@ -1465,13 +1462,12 @@ async fn protobuf_list_reads_the_same_objects_as_json() {
     assert_eq!(got, want);
 
     // An error answer comes in protobuf too, and reads as the same Status.
-    let missing = format!("/api/v1/namespaces/{}/configmaps/missing", ns.name);
-    let err = client.get_protobuf(&missing).await.unwrap_err();
-    assert!(err.is_not_found(), "{err}");
+    let bad_token = ListParams {
+        continue_token: Some("not-a-token".into()),
+        ..ListParams::default()
+    };
+    let err = raw.list(&bad_token).await.unwrap_err();
     let status = err.status().expect("a Status");
-    assert_eq!(status.reason.as_deref(), Some("NotFound"));
-    assert_eq!(
-        status.message.as_deref(),
-        Some(r#"configmaps "missing" not found"#)
-    );
+    assert_eq!(status.code, Some(400), "{err}");
+    assert_eq!(status.reason.as_deref(), Some("BadRequest"), "{err}");
 }

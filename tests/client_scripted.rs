@@ -558,80 +558,95 @@ async fn error_frame_becomes_a_gone_error_carrying_the_status() {
 
 // === protobuf ===
 
-/// A length-delimited protobuf field.
-fn pb_field(number: u8, bytes: &[u8]) -> Vec<u8> {
-    assert!(number < 16 && bytes.len() < 128, "a short field");
-    let mut out = vec![number << 3 | 2, bytes.len() as u8];
-    out.extend_from_slice(bytes);
-    out
-}
+#[cfg(feature = "protobuf")]
+mod protobuf {
+    use super::*;
 
-/// A protobuf answer: `k8s\0`, then `runtime.Unknown` holding `raw`.
-fn protobuf_response(kind: &str, raw: &[u8]) -> Vec<u8> {
-    let type_meta = [pb_field(1, b"v1"), pb_field(2, kind.as_bytes())].concat();
-    let mut body = b"k8s\0".to_vec();
-    body.extend([pb_field(1, &type_meta), pb_field(2, raw)].concat());
-    let mut out = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/vnd.kubernetes.protobuf\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    out.extend(body);
-    out
-}
+    /// A length-delimited protobuf field.
+    fn pb_field(number: u8, bytes: &[u8]) -> Vec<u8> {
+        assert!(number < 16 && bytes.len() < 128, "a short field");
+        let mut out = vec![number << 3 | 2, bytes.len() as u8];
+        out.extend_from_slice(bytes);
+        out
+    }
 
-#[tokio::test]
-async fn a_protobuf_list_holding_an_unknown_field_is_read_again_as_json() {
-    use k8s_openapi::api::core::v1::PodTemplate;
-    // A PodTemplate whose field 15 this client's tables do not have: a newer server.
-    let item = [pb_field(1, &pb_field(1, b"t")), pb_field(15, b"new")].concat();
-    let list = [pb_field(1, &pb_field(2, b"9")), pb_field(2, &item)].concat();
-    let server = Scripted::start(vec![
-        protobuf_response("PodTemplateList", &list),
-        json_response(
+    /// A protobuf answer: `k8s\0`, then `runtime.Unknown` holding `raw`.
+    fn protobuf_response(kind: &str, raw: &[u8]) -> Vec<u8> {
+        let type_meta = [pb_field(1, b"v1"), pb_field(2, kind.as_bytes())].concat();
+        let mut body = b"k8s\0".to_vec();
+        body.extend([pb_field(1, &type_meta), pb_field(2, raw)].concat());
+        let mut out = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/vnd.kubernetes.protobuf\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        out.extend(body);
+        out
+    }
+
+    /// The `accept` header of each request the server saw.
+    fn accepts(server: &Scripted) -> Vec<String> {
+        server
+            .requests()
+            .iter()
+            .map(|r| {
+                r.lines()
+                    .find(|l| l.starts_with("accept: "))
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_protobuf_list_holding_an_unknown_field_is_read_again_as_json_by_that_client_only() {
+        use k8s_openapi::api::core::v1::PodTemplate;
+        // A PodTemplate whose field 15 this client's tables do not have: a newer server.
+        let item = [pb_field(1, &pb_field(1, b"t")), pb_field(15, b"new")].concat();
+        let list = [pb_field(1, &pb_field(2, b"9")), pb_field(2, &item)].concat();
+        let json_list = json_response(
             200,
             "OK",
             r#"{"kind":"PodTemplateList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"t","namespace":"ns"}}]}"#,
-        ),
-    ]);
-    assert!(Raw::<PodTemplate>::protobuf_kind().is_some());
-    let api: Api<Raw<PodTemplate>> = Api::namespaced(server.client(), "ns");
-    let list = api.list(&ListParams::default()).await.unwrap();
-    assert_eq!(list.items.len(), 1);
-    assert_eq!(list.items[0].name(), "t");
-    let accepts: Vec<String> = server
-        .requests()
-        .iter()
-        .map(|r| {
-            r.lines()
-                .find(|l| l.starts_with("accept: "))
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
-    assert_eq!(
-        accepts,
-        [
-            "accept: application/vnd.kubernetes.protobuf, application/json",
-            "accept: application/json"
-        ]
-    );
-    // The kind stays on JSON from now on, in this process.
-    assert!(Raw::<PodTemplate>::protobuf_kind().is_none());
-}
+        );
+        let server = Scripted::start(vec![
+            protobuf_response("PodTemplateList", &list),
+            json_list.clone(),
+            json_list.clone(),
+            json_list,
+        ]);
+        let api: Api<Raw<PodTemplate>> = Api::namespaced(server.client(), "ns");
+        let list = api.list(&ListParams::default()).await.unwrap();
+        assert_eq!(list.items.len(), 1);
+        assert_eq!(list.items[0].name(), "t");
+        // The kind stays on JSON for this client: its next list asks for JSON only.
+        api.list(&ListParams::default()).await.unwrap();
+        // Another client (another cluster, say) still asks for protobuf.
+        let other: Api<Raw<PodTemplate>> = Api::namespaced(server.client(), "ns");
+        other.list(&ListParams::default()).await.unwrap();
+        let protobuf = "accept: application/vnd.kubernetes.protobuf, application/json";
+        let json = "accept: application/json";
+        assert_eq!(accepts(&server), [protobuf, json, json, protobuf]);
+    }
 
-#[tokio::test]
-async fn a_malformed_protobuf_list_is_an_error_naming_it() {
-    use k8s_openapi::api::core::v1::Secret as SecretKind;
-    let truncated = [pb_field(1, &pb_field(2, b"9")), vec![2 << 3 | 2, 40, 1, 2]].concat();
-    let server = Scripted::start(vec![protobuf_response("SecretList", &truncated)]);
-    let api: Api<Raw<SecretKind>> = Api::namespaced(server.client(), "ns");
-    let err = api.list(&ListParams::default()).await.unwrap_err();
-    assert!(matches!(err, Error::Protobuf { .. }), "{err:?}");
-    assert_eq!(
-        err.to_string(),
-        "decoding the list /api/v1/namespaces/ns/secrets: malformed protobuf: length-delimited bytes at byte 7"
-    );
-    // A malformed body is not a newer schema: the kind keeps asking for protobuf.
-    assert!(Raw::<SecretKind>::protobuf_kind().is_some());
+    #[tokio::test]
+    async fn a_malformed_protobuf_list_is_an_error_naming_it() {
+        use k8s_openapi::api::core::v1::Secret as SecretKind;
+        let truncated = [pb_field(1, &pb_field(2, b"9")), vec![2 << 3 | 2, 40, 1, 2]].concat();
+        let server = Scripted::start(vec![
+            protobuf_response("SecretList", &truncated),
+            protobuf_response("SecretList", &truncated),
+        ]);
+        let api: Api<Raw<SecretKind>> = Api::namespaced(server.client(), "ns");
+        let err = api.list(&ListParams::default()).await.unwrap_err();
+        assert!(matches!(err, Error::Protobuf { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "decoding the list /api/v1/namespaces/ns/secrets: malformed protobuf: length-delimited bytes at byte 7"
+        );
+        // A malformed body is not a newer schema: the kind keeps asking for protobuf.
+        assert!(api.list(&ListParams::default()).await.is_err());
+        let protobuf = "accept: application/vnd.kubernetes.protobuf, application/json";
+        assert_eq!(accepts(&server), [protobuf, protobuf]);
+    }
 }

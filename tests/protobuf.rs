@@ -3,6 +3,7 @@
 //! Quantity, MicroTime, RawExtension, bytes, packed numbers), the protobuf list transcoded
 //! into `Raw<K>` decodes to exactly what the JSON list decodes to; and a watch of `Raw<K>`
 //! runs over protobuf and ends its WatchList with the bookmark.
+#![cfg(feature = "protobuf")]
 
 mod support;
 
@@ -10,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use controller_runtime::client::{
-    Api, Client, ClientOptions, ListParams, Raw, WatchEvent, WatchObject, WatchParams, protobuf,
+    Api, Client, ClientOptions, ListParams, Raw, WatchEvent, WatchObject, WatchParams,
 };
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
 use k8s_openapi::api::apps::v1::{
@@ -316,10 +317,14 @@ where
     let path = api.collection_path();
 
     // The server does answer protobuf for what `Api<Raw<K>>` asks.
-    let body = client.get_protobuf(&path).await.unwrap();
-    assert!(body.starts_with(protobuf::MAGIC), "{what}: not protobuf");
-    let envelope = protobuf::envelope(&body).unwrap();
-    let wire_items = protobuf::list(envelope.raw).unwrap().items.len();
+    let params = WatchParams {
+        timeout_seconds: Some(1),
+        ..WatchParams::default()
+    };
+    assert!(
+        api.watch(&params).await.unwrap().is_protobuf(),
+        "{what}: not protobuf"
+    );
 
     let transcoded = api.list_all(&ListParams::default()).await.unwrap().items;
     let json: Value = serde_json::from_slice(&client.get_raw(&path).await.unwrap()).unwrap();
@@ -333,11 +338,7 @@ where
         })
         .collect();
     // Other tests create and delete objects meanwhile: the two lists need not match.
-    assert!(
-        wire_items > 0 && !transcoded.is_empty(),
-        "{what}: {wire_items} items on the wire, {} transcoded",
-        transcoded.len()
-    );
+    assert!(!transcoded.is_empty(), "{what}: nothing transcoded");
 
     let mut compared = 0;
     for raw in &transcoded {

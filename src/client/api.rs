@@ -14,6 +14,7 @@ use super::error::{Error, Result, Status};
 use super::params::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Query, WatchParams};
 use super::watch::{WatchObject, WatchStream};
 use super::{Client, Req};
+#[cfg(feature = "protobuf")]
 use super::{proto_json, protobuf};
 
 const ACCEPT_METADATA: &str =
@@ -207,11 +208,12 @@ impl<K: WatchObject> Api<K> {
         let mut q = Query::default();
         params.write_query(&mut q);
         let path = format!("{}{}", self.collection_path(), q.as_str());
+        #[cfg(feature = "protobuf")]
         if let Some(kind) = self.client.protobuf_kind::<K>() {
             let mut req = Req::new(Method::GET, path.clone());
             req.accept = super::ACCEPT_PROTOBUF;
-            let body = self.client.request_bytes(req).await?;
-            if !body.starts_with(protobuf::MAGIC) {
+            let (protobuf, body) = self.client.request_body(req).await?;
+            if !protobuf {
                 return super::decode_json(format!("the list {path}"), &body);
             }
             match read_protobuf_list(kind, &body) {
@@ -219,7 +221,7 @@ impl<K: WatchObject> Api<K> {
                 Err(source @ proto_json::Error::UnknownField { .. }) => {
                     // A server newer than our tables: JSON for this kind from now on.
                     tracing::warn!(%source, path, "reading this kind as JSON from now on");
-                    kind.refuse();
+                    self.client.inner.refusals.refuse(kind);
                 }
                 Err(source) => {
                     return Err(Error::Protobuf {
@@ -265,16 +267,12 @@ impl<K: WatchObject> Api<K> {
         let mut q = Query::default();
         params.write_query(&mut q);
         let path = format!("{}{}", self.collection_path(), q.as_str());
-        self.client
-            .request_watch(
-                Req::new(Method::GET, path),
-                self.client.protobuf_kind::<K>(),
-            )
-            .await
+        self.client.request_watch(Req::new(Method::GET, path)).await
     }
 }
 
 /// Reads a protobuf list body of `kind`.
+#[cfg(feature = "protobuf")]
 fn read_protobuf_list<K: WatchObject>(
     kind: proto_json::ProtoKind,
     body: &[u8],
@@ -469,7 +467,7 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
             format!("{}{}", self.collection_path(), q.as_str()),
         );
         req.accept = ACCEPT_METADATA;
-        self.client.request_watch(req, None).await
+        self.client.request_watch(req).await
     }
 
     async fn put(

@@ -60,6 +60,7 @@ pub enum Error {
     /// A protobuf response or watch frame that could not be read or transcoded into JSON.
     /// A field this client's tables do not know also makes the client read that kind as
     /// JSON from then on, so the list or watch that follows succeeds.
+    #[cfg(feature = "protobuf")]
     #[error("decoding {what}: {source}")]
     Protobuf {
         /// What was being decoded, e.g. `a watch frame from /api/v1/pods`.
@@ -207,14 +208,21 @@ impl Error {
     }
 }
 
-/// A `Status` for an error response whose body was not a `Status`.
-pub(crate) fn status_from_response(code: u16, body: &[u8]) -> Status {
-    let decoded = if body.starts_with(super::protobuf::MAGIC) {
+/// The `Status` of an error response: its body's, read as protobuf if `protobuf` (its
+/// Content-Type said so) or as JSON, else one made from the HTTP status code.
+pub(crate) fn status_from_response(code: u16, protobuf: bool, body: &[u8]) -> Status {
+    #[cfg(feature = "protobuf")]
+    let decoded = if protobuf {
         super::protobuf::envelope(body)
             .ok()
             .filter(|e| e.kind == "Status")
             .and_then(|e| super::protobuf::status(e.raw).ok())
     } else {
+        serde_json::from_slice::<Status>(body).ok()
+    };
+    #[cfg(not(feature = "protobuf"))]
+    let decoded = {
+        let _ = protobuf;
         serde_json::from_slice::<Status>(body).ok()
     };
     if let Some(mut status) = decoded
@@ -254,7 +262,7 @@ mod tests {
     #[test]
     fn status_body_is_kept_with_its_reason_and_message() {
         let body = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"configmaps \"x\" not found","reason":"NotFound","details":{"name":"x","kind":"configmaps"},"code":404}"#;
-        let err = Error::Api(Box::new(status_from_response(404, body)));
+        let err = Error::Api(Box::new(status_from_response(404, false, body)));
         assert!(err.is_not_found());
         assert!(!err.is_conflict());
         assert_eq!(err.reason(), Some("NotFound"));
@@ -263,7 +271,11 @@ mod tests {
 
     #[test]
     fn a_body_that_is_not_a_status_becomes_one_from_the_code() {
-        let err = Error::Api(Box::new(status_from_response(429, b"slow down <html>")));
+        let err = Error::Api(Box::new(status_from_response(
+            429,
+            false,
+            b"slow down <html>",
+        )));
         assert!(err.is_too_many_requests());
         assert_eq!(err.reason(), Some("TooManyRequests"));
         assert_eq!(err.to_string(), "429 TooManyRequests: slow down <html>");
@@ -272,14 +284,14 @@ mod tests {
     #[test]
     fn expired_continue_token_is_gone_and_expired() {
         let body = br#"{"kind":"Status","status":"Failure","message":"The provided continue parameter is too old","reason":"Expired","code":410}"#;
-        let err = Error::Api(Box::new(status_from_response(410, body)));
+        let err = Error::Api(Box::new(status_from_response(410, false, body)));
         assert!(err.is_gone() && err.is_expired());
     }
 
     #[test]
     fn too_large_resource_version_is_recognised_by_its_cause() {
         let body = br#"{"kind":"Status","status":"Failure","message":"Timeout: Too large resource version: 100, current: 5","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#;
-        let err = Error::Api(Box::new(status_from_response(504, body)));
+        let err = Error::Api(Box::new(status_from_response(504, false, body)));
         assert!(err.is_resource_version_too_large());
         assert!(err.is_server_timeout());
         assert!(!err.is_gone());

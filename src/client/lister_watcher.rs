@@ -7,7 +7,7 @@ use informer::lister_watcher::{
 use informer::{EventStream, ListOptions, ListPage, ListerWatcher, WatchOptions};
 use serde::Serialize;
 
-use super::{Api, Error, ListParams, WatchEvent, WatchObject, WatchParams, WatchStream};
+use super::{Api, Error, ListParams, WatchObject, WatchParams, WatchStream};
 
 /// Lists and watches the objects an [`Api`] serves, optionally narrowed by selectors, for a
 /// reflector.
@@ -85,16 +85,7 @@ pub struct ApiEventStream<K>(WatchStream<K>);
 
 impl<K: WatchObject + Send> EventStream<K> for ApiEventStream<K> {
     async fn next(&mut self) -> Option<LwResult<LwEvent<K>>> {
-        Some(match self.0.next().await? {
-            Ok(WatchEvent::Added(k)) => Ok(LwEvent::Added(k)),
-            Ok(WatchEvent::Modified(k)) => Ok(LwEvent::Modified(k)),
-            Ok(WatchEvent::Deleted(k)) => Ok(LwEvent::Deleted(k)),
-            Ok(WatchEvent::Bookmark(b)) => Ok(LwEvent::Bookmark {
-                initial_events_end: b.is_initial_events_end(),
-                resource_version: b.metadata.resource_version,
-            }),
-            Err(e) => Err(classify(e)),
-        })
+        Some(self.0.next().await?.map(LwEvent::from).map_err(classify))
     }
 }
 
@@ -111,10 +102,11 @@ pub(crate) fn classify(error: Error) -> LwError {
     } else {
         match &error {
             Error::Transport { .. } if refused(&error) => ErrorKind::ConnectionRefused,
-            Error::Decode { .. }
-            | Error::Protobuf { .. }
-            | Error::TruncatedFrame { .. }
-            | Error::Body { .. } => ErrorKind::Stream,
+            Error::Decode { .. } | Error::TruncatedFrame { .. } | Error::Body { .. } => {
+                ErrorKind::Stream
+            }
+            #[cfg(feature = "protobuf")]
+            Error::Protobuf { .. } => ErrorKind::Stream,
             _ => ErrorKind::Other,
         }
     };

@@ -11,12 +11,10 @@
 //!                 ◀── error body ─▶ Error::Api(Status)
 //! ```
 //!
-//! [`protobuf`] reads the apiserver's protobuf wire format (envelope, lists, watch frames,
-//! object metadata) for built-in kinds, fetched with [`Client::get_protobuf`].
-//! [`proto_json`] transcodes a built-in object from protobuf into the JSON the server would
-//! have sent: lists and watches of [`Raw`] of a built-in kind (what informers cache) ask for
-//! protobuf, which the server encodes about twice as fast, and keep the same JSON
-//! ([`ClientOptions::protobuf`] turns it off).
+//! With the `protobuf` feature (on by default), lists and watches of [`Raw`] of a built-in
+//! kind (what informers cache) ask for the apiserver's protobuf form, which it encodes about
+//! twice as fast, and transcode it into the same JSON the server would have sent
+//! ([`ClientOptions::protobuf`] turns it off for one client).
 //!
 //! A [`Client`] is cheap to clone; clones share one connection pool. Against a server that
 //! offers HTTP/2 (every kube-apiserver does), all requests, watches included, share one TLS
@@ -64,14 +62,17 @@ mod dynamic;
 mod error;
 mod lister_watcher;
 mod params;
-pub mod proto_json;
+#[cfg(feature = "protobuf")]
+pub(crate) mod proto_json;
+#[cfg(feature = "protobuf")]
 mod proto_schema;
+#[cfg(feature = "protobuf")]
 mod proto_tables;
-pub mod protobuf;
+#[cfg(feature = "protobuf")]
+pub(crate) mod protobuf;
 mod rate_limit;
 mod raw;
 mod scan;
-mod scan_block;
 mod tls;
 mod watch;
 
@@ -97,10 +98,12 @@ pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,
 };
+#[cfg(feature = "protobuf")]
+pub use proto_json::{Error as ProtobufError, ProtoKind};
 pub use raw::{MetaView, OwnerRefView, Raw};
 pub use watch::{
-    Bookmark, BookmarkMeta, FrameDecoder, INITIAL_EVENTS_END, WatchEvent, WatchObject, WatchStream,
-    decode_event, decode_protobuf_event,
+    Bookmark, BookmarkMeta, EventReader, FrameDecoder, INITIAL_EVENTS_END, WatchEvent, WatchObject,
+    WatchStream, decode_event,
 };
 
 use crate::config::{Config, Credentials};
@@ -167,7 +170,7 @@ pub struct ClientOptions {
     /// List and watch built-in kinds as protobuf when the objects are cached as
     /// [`Raw`] (what informers cache), transcoding them into the same JSON: the server
     /// encodes protobuf about twice as fast and sends fewer bytes. Default true; false keeps
-    /// every request on JSON.
+    /// every request on JSON, as does building without the `protobuf` feature.
     pub protobuf: bool,
     /// Told of every HTTP attempt (retries included) with its method, host, status and
     /// latency: where the `rest_client_*` metrics come from (the runtime's
@@ -225,7 +228,11 @@ struct Inner {
     user_agent: HeaderValue,
     timeout: Option<Duration>,
     max_retries: u32,
+    #[cfg_attr(not(feature = "protobuf"), allow(dead_code))]
     protobuf: bool,
+    /// The kinds this client reads as JSON though they have a protobuf form.
+    #[cfg(feature = "protobuf")]
+    refusals: Arc<proto_json::Refusals>,
     default_namespace: String,
     source: String,
     /// Told of every attempt; see [`ClientOptions::observer`].
@@ -245,6 +252,7 @@ impl std::fmt::Debug for Client {
 
 /// What a list or watch of a built-in kind accepts: protobuf, or JSON if the server has no
 /// protobuf form of it.
+#[cfg(feature = "protobuf")]
 pub(crate) const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
 
 /// One request, before it is sent (perhaps several times).
@@ -370,6 +378,8 @@ impl Client {
                 timeout: options.timeout,
                 max_retries: options.max_retries,
                 protobuf: options.protobuf,
+                #[cfg(feature = "protobuf")]
+                refusals: Arc::default(),
                 default_namespace: config.default_namespace,
                 source: config.source,
                 observer: options.observer,
@@ -384,9 +394,11 @@ impl Client {
     }
 
     /// The protobuf form to ask for when listing or watching `K`: `K`'s, unless the client
-    /// was built with [`ClientOptions::protobuf`] off.
+    /// was built with [`ClientOptions::protobuf`] off or has met a message of `K` holding a
+    /// field its tables do not know.
+    #[cfg(feature = "protobuf")]
     pub(crate) fn protobuf_kind<K: WatchObject>(&self) -> Option<proto_json::ProtoKind> {
-        K::protobuf_kind().filter(|_| self.inner.protobuf)
+        K::protobuf_kind().filter(|&kind| self.inner.protobuf && self.inner.refusals.usable(kind))
     }
 
     /// The server's base URL.
@@ -406,20 +418,6 @@ impl Client {
     pub async fn get_raw(&self, path: &str) -> Result<Bytes> {
         self.request_bytes(Req::new(Method::GET, path.to_owned()))
             .await
-    }
-
-    /// GETs `path` asking for protobuf ([`protobuf::MEDIA_TYPE`]) and returns the body,
-    /// which [`protobuf::envelope`] reads. Built-in kinds only: custom resources have no
-    /// protobuf form.
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::get_raw`]; an error answer's protobuf `Status` is decoded into
-    /// [`Error::Api`] like a JSON one.
-    pub async fn get_protobuf(&self, path: &str) -> Result<Bytes> {
-        let mut req = Req::new(Method::GET, path.to_owned());
-        req.accept = protobuf::MEDIA_TYPE;
-        self.request_bytes(req).await
     }
 
     /// Sends a request with a JSON body (if any) to `path` and decodes the JSON answer.
@@ -502,10 +500,16 @@ impl Client {
     }
 
     async fn request_bytes(&self, req: Req) -> Result<Bytes> {
+        Ok(self.request_body(req).await?.1)
+    }
+
+    /// Sends `req` and returns the whole body of a 2xx answer, and whether it is protobuf.
+    pub(crate) async fn request_body(&self, req: Req) -> Result<(bool, Bytes)> {
         let url = || format!("{}{}", self.inner.base, req.path);
         let fut = async {
             let response = self.send(&req).await?;
             let status = response.status();
+            let protobuf = arrived_as_protobuf(&response);
             let body = response
                 .into_body()
                 .collect()
@@ -513,10 +517,11 @@ impl Client {
                 .map_err(|source| Error::Body { url: url(), source })?
                 .to_bytes();
             if status.is_success() {
-                Ok(body)
+                Ok((protobuf, body))
             } else {
                 Err(Error::Api(Box::new(status_from_response(
                     status.as_u16(),
+                    protobuf,
                     &body,
                 ))))
             }
@@ -535,19 +540,21 @@ impl Client {
         decode_json(what, &body)
     }
 
-    /// Starts a watch. With `protobuf`, the request asks for that kind as protobuf (falling
-    /// back to JSON), and the stream reads whichever the server sends.
-    pub(crate) async fn request_watch<K: WatchObject>(
-        &self,
-        mut req: Req,
-        protobuf: Option<proto_json::ProtoKind>,
-    ) -> Result<WatchStream<K>> {
+    /// Starts a watch of `K`: as protobuf if `K` has a protobuf form this client reads
+    /// (falling back to JSON), and the stream reads whichever the server sends.
+    pub(crate) async fn request_watch<K: WatchObject>(&self, req: Req) -> Result<WatchStream<K>> {
+        #[cfg(feature = "protobuf")]
+        let mut req = req;
+        #[cfg(feature = "protobuf")]
+        let protobuf = self.protobuf_kind::<K>();
+        #[cfg(feature = "protobuf")]
         if protobuf.is_some() {
             req.accept = ACCEPT_PROTOBUF;
         }
         let response = self.send(&req).await?;
         let status = response.status();
         let url = format!("{}{}", self.inner.base, req.path);
+        let arrived_protobuf = arrived_as_protobuf(&response);
         if !status.is_success() {
             let body = response
                 .into_body()
@@ -560,19 +567,23 @@ impl Client {
                 .to_bytes();
             return Err(Error::Api(Box::new(status_from_response(
                 status.as_u16(),
+                arrived_protobuf,
                 &body,
             ))));
         }
-        // Asked for protobuf, a server may still answer JSON (a custom resource, or a
-        // server without it); the Content-Type says which.
-        let protobuf = protobuf.filter(|_| {
-            response
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.starts_with(protobuf::MEDIA_TYPE))
-        });
-        Ok(WatchStream::new(response.into_body(), url, protobuf))
+        #[cfg(feature = "protobuf")]
+        if let Some(kind) = protobuf
+            && arrived_protobuf
+        {
+            let refusals = self.inner.refusals.clone();
+            return Ok(WatchStream::protobuf(
+                response.into_body(),
+                url,
+                kind,
+                refusals,
+            ));
+        }
+        Ok(WatchStream::json(response.into_body(), url))
     }
 }
 
@@ -583,6 +594,23 @@ pub(crate) fn decode_json<T: DeserializeOwned>(what: String, body: &[u8]) -> Res
         source,
         snippet: snippet(body, 200),
     })
+}
+
+/// Whether `response` is protobuf, as its Content-Type says: the one test of which wire
+/// format arrived. Asked for protobuf, a server may still answer JSON (a custom resource, or
+/// a server without it); without the `protobuf` feature nothing asks for it.
+fn arrived_as_protobuf<B>(response: &Response<B>) -> bool {
+    #[cfg(feature = "protobuf")]
+    return response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with(protobuf::MEDIA_TYPE));
+    #[cfg(not(feature = "protobuf"))]
+    {
+        let _ = response;
+        false
+    }
 }
 
 /// The wait a `Retry-After` header asks for, in whole seconds as the API server sends it.

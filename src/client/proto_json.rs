@@ -28,7 +28,7 @@
 //!   resourceVersion, labels and managedFields are noted, so [`Raw`] needs no second scan.
 //! - A field number the tables do not know is an error, not a silent loss: a newer server
 //!   may have added a field, and an object missing it would drop it on its next update. The
-//!   caller then goes back to JSON for that kind (see [`ProtoKind::refuse`]).
+//!   client then goes back to JSON for that kind (see [`Refusals`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -80,7 +80,7 @@ pub enum Error {
 /// The results of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A built-in kind the apiserver can send as protobuf, as [`kind`] finds it.
+/// A built-in kind the apiserver can send as protobuf: what [`WatchObject::protobuf_kind`](super::WatchObject::protobuf_kind) names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProtoKind {
     index: u16,
@@ -100,23 +100,30 @@ impl ProtoKind {
             format!("{}/{}", kind.group, kind.version)
         }
     }
+}
 
-    /// Whether this kind is still read as protobuf: false once a message of it held a field
-    /// the tables do not know ([`refuse`](Self::refuse)).
-    pub fn usable(self) -> bool {
-        !refused()[usize::from(self.index)].load(Ordering::Relaxed)
-    }
+/// The kinds one client reads as JSON although they have a protobuf form: those a message
+/// of which held a field the tables do not know (a server newer than this client). Held per
+/// client, so one cluster's newer server does not turn another cluster's watches to JSON.
+#[derive(Debug)]
+pub(crate) struct Refusals(Box<[AtomicBool]>);
 
-    /// Reads this kind as JSON from now on, in the whole process: called when a message of
-    /// it could not be transcoded because the server knows fields the tables do not.
-    pub fn refuse(self) {
-        refused()[usize::from(self.index)].store(true, Ordering::Relaxed);
+impl Default for Refusals {
+    fn default() -> Self {
+        Refusals(KINDS.iter().map(|_| AtomicBool::new(false)).collect())
     }
 }
 
-fn refused() -> &'static [AtomicBool] {
-    static REFUSED: std::sync::OnceLock<Box<[AtomicBool]>> = std::sync::OnceLock::new();
-    REFUSED.get_or_init(|| KINDS.iter().map(|_| AtomicBool::new(false)).collect())
+impl Refusals {
+    /// Whether `kind` is still read as protobuf.
+    pub(crate) fn usable(&self, kind: ProtoKind) -> bool {
+        !self.0[usize::from(kind.index)].load(Ordering::Relaxed)
+    }
+
+    /// Reads `kind` as JSON from now on.
+    pub(crate) fn refuse(&self, kind: ProtoKind) {
+        self.0[usize::from(kind.index)].store(true, Ordering::Relaxed);
+    }
 }
 
 /// The protobuf form of `group`/`version`/`kind`, if the tables have it.

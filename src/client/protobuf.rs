@@ -21,18 +21,6 @@
 //! truncated or garbled body is an [`Error`] naming what was being read and where, never a
 //! panic or a read past the end.
 //!
-//! ```
-//! use controller_runtime::client::protobuf::{self, Field};
-//!
-//! // "k8s\0", then Unknown { typeMeta { apiVersion "v1", kind "Pod" }, raw "" }.
-//! let body = b"k8s\0\x0a\x09\x0a\x02v1\x12\x03Pod\x12\x00";
-//! let envelope = protobuf::envelope(body).unwrap();
-//! assert_eq!((envelope.api_version, envelope.kind), ("v1", "Pod"));
-//! assert!(envelope.raw.is_empty());
-//!
-//! let fields: Vec<Field> = protobuf::fields(b"\x08\x96\x01").collect::<Result<_, _>>().unwrap();
-//! assert_eq!(fields[0].number, 1);
-//! ```
 
 use std::collections::VecDeque;
 
@@ -358,6 +346,7 @@ pub fn watch_event(frame: &[u8]) -> Result<WatchEvent<'_>> {
     })
 }
 
+#[cfg(test)]
 /// The identifying fields of an object's `metadata` (field 1 of every built-in kind).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ObjectMeta<'a> {
@@ -373,6 +362,7 @@ pub struct ObjectMeta<'a> {
     pub labels: Vec<(&'a str, &'a str)>,
 }
 
+#[cfg(test)]
 /// Reads the identifying metadata of an encoded object (an envelope's `raw`, or a list
 /// item).
 ///
@@ -465,6 +455,7 @@ impl WatchFramer {
         }
     }
 
+    #[cfg(test)]
     /// Adds the next chunk of the body, copying it.
     pub fn push(&mut self, chunk: &[u8]) {
         self.push_bytes(Bytes::copy_from_slice(chunk));
@@ -544,6 +535,20 @@ impl WatchFramer {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    #[test]
+    fn an_envelope_and_its_fields_are_read_in_place() {
+        // "k8s\0", then Unknown { typeMeta { apiVersion "v1", kind "Pod" }, raw "" }.
+        let body = b"k8s\0\x0a\x09\x0a\x02v1\x12\x03Pod\x12\x00";
+        let envelope = super::envelope(body).unwrap();
+        assert_eq!((envelope.api_version, envelope.kind), ("v1", "Pod"));
+        assert!(envelope.raw.is_empty());
+
+        let fields: Vec<super::Field> = super::fields(b"\x08\x96\x01")
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        assert_eq!(fields[0].number, 1);
+    }
+
     use super::*;
 
     /// Encodes a length-delimited field.

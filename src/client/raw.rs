@@ -192,12 +192,13 @@ impl<K> Raw<K> {
         })
     }
 
-    /// Keeps `json`, which [`proto_json`](super::proto_json) wrote (so it is well-formed),
+    /// Keeps `json`, which the protobuf transcoder wrote (so it is well-formed),
     /// whole: `fields` locate its key fields and span all of it.
     ///
     /// # Errors
     ///
     /// If the object is 4 GiB or more.
+    #[cfg(feature = "protobuf")]
     pub(crate) fn from_transcoded(json: String, fields: &ObjectFields) -> serde_json::Result<Self> {
         debug_assert_eq!(fields.object, 0..json.len());
         if fields.key_escaped() || u32::try_from(json.len()).is_err() {

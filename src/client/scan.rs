@@ -12,22 +12,23 @@
 //! # Implementation Details
 //!
 //! Most of a Kubernetes object's bytes sit inside strings (annotations, managed fields, data),
-//! so the string scan is the hot loop: it classifies sixteen bytes at a time into masks of
-//! quotes, backslashes and control characters ([`scan_block`]), works out from the masks
-//! which quotes are escaped, and so crosses even an escape-dense string (a
-//! `last-applied-configuration` annotation) a block at a time. Near the end of the input, and
-//! for `\u` escapes and faults, it falls back to eight bytes at a time with word-wide bit
-//! tricks. UTF-8 is checked once for the whole input up front, so the scanner itself only
-//! looks at ASCII. Nesting is limited to [`MAX_DEPTH`] levels, as in `serde_json`.
+//! so the string scan is the hot loop: it tests eight bytes at a time for `"`, `\` and control
+//! characters with word-wide bit tricks, and only steps byte by byte around escapes. UTF-8 is
+//! checked once for the whole input up front, so the scanner itself only looks at ASCII.
+//! Nesting is limited to [`MAX_DEPTH`] levels, as in `serde_json`.
 
 use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 
-use super::scan_block::{self, Block};
-
 /// The deepest nesting of arrays and objects accepted; `serde_json` refuses one level more.
 pub(crate) const MAX_DEPTH: usize = 127;
+
+/// Whether `byte` may follow a backslash without more checking: every escape but `\u`.
+#[inline(always)]
+fn simple_escape(byte: u8) -> bool {
+    matches!(byte, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't')
+}
 
 /// Why input is not well-formed JSON, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,6 +143,7 @@ pub(crate) fn scan_frame(input: &str) -> Scan<FrameFields> {
 }
 
 /// Checks that `input` is exactly one well-formed JSON value.
+#[cfg(any(test, feature = "protobuf"))]
 pub(crate) fn validate(input: &str) -> Scan<()> {
     let mut s = Scanner::new(input.as_bytes());
     s.skip_ws();
@@ -395,69 +397,10 @@ impl<'a> Scanner<'a> {
     /// whether the string holds escapes.
     ///
     /// Inlined into every caller, so skipping a string costs no call: most of an object's
-    /// tokens are short strings. Sixteen bytes at a time ([`scan_block`]): a block's quotes
-    /// that no backslash escapes end the string, and its escapes are checked from the masks.
-    /// Anything rarer (a `\u` escape, a fault, a string ending among the input's last
-    /// sixteen bytes) goes to [`skip_string_by_words`](Self::skip_string_by_words) from the
-    /// string's start.
+    /// tokens are short strings. Only the rare cases (a `\u` escape, the last few bytes of
+    /// the input, faults) leave this loop.
     #[inline(always)]
     fn skip_string(&mut self) -> Scan<bool> {
-        let bytes = self.bytes;
-        let mut pos = self.pos + 1;
-        let mut escaped = false;
-        // 1 when the block at `pos` starts with a byte escaped by the previous block.
-        let mut carry = 0;
-        while let Some(block) = bytes.get(pos..pos + scan_block::LEN) {
-            let block = Block::classify(block.try_into().expect("a block"));
-            // Without escapes the general case below reduces to this; kept apart, since
-            // merging them measured 4 % slower on the recorded frames.
-            if block.backslashes | carry == 0 {
-                let stop = block.quotes | block.controls;
-                if stop == 0 {
-                    pos += scan_block::LEN;
-                    continue;
-                }
-                let end = stop.trailing_zeros();
-                if block.quotes >> end & 1 == 0 {
-                    break;
-                }
-                self.pos = pos + end as usize + 1;
-                return Ok(escaped);
-            }
-            let escapes = scan_block::escaped_bytes(block.backslashes, carry);
-            let stop = (block.quotes & !escapes) | block.controls;
-            let end = stop.trailing_zeros().min(scan_block::LEN as u32);
-            // Every escape before the end must be a simple one.
-            let mut checked = escapes & ((1 << end) - 1);
-            escaped |= checked != 0;
-            while checked != 0 {
-                let at = pos + checked.trailing_zeros() as usize;
-                if !scan_block::simple_escape(bytes[at]) {
-                    break;
-                }
-                checked &= checked - 1;
-            }
-            if checked != 0 {
-                break;
-            }
-            if stop == 0 {
-                carry = escapes >> scan_block::LEN;
-                pos += scan_block::LEN;
-                continue;
-            }
-            if block.quotes >> end & 1 == 0 {
-                break;
-            }
-            self.pos = pos + end as usize + 1;
-            return Ok(escaped);
-        }
-        self.skip_string_by_words()
-    }
-
-    /// [`skip_string`](Self::skip_string) eight bytes at a time: the path for strings near
-    /// the end of the input, `\u` escapes and faults, which it reports.
-    #[inline(never)]
-    fn skip_string_by_words(&mut self) -> Scan<bool> {
         let bytes = self.bytes;
         let mut pos = self.pos + 1;
         let mut escaped = false;
@@ -478,11 +421,7 @@ impl<'a> Scanner<'a> {
                     return Ok(escaped);
                 }
                 // The common escapes stay in the loop.
-                Some(b'\\')
-                    if bytes
-                        .get(pos + 1)
-                        .is_some_and(|&b| scan_block::simple_escape(b)) =>
-                {
+                Some(b'\\') if bytes.get(pos + 1).is_some_and(|&b| simple_escape(b)) => {
                     escaped = true;
                     pos += 2;
                 }
@@ -516,7 +455,7 @@ impl<'a> Scanner<'a> {
     fn escape(&mut self) -> Scan<()> {
         self.pos += 1;
         match self.peek() {
-            Some(b) if scan_block::simple_escape(b) => {
+            Some(b) if simple_escape(b) => {
                 self.pos += 1;
                 Ok(())
             }
@@ -890,7 +829,7 @@ mod tests {
 
     /// Recorded watch frames, each damaged in one to three places with the bytes strings and
     /// escapes are made of, are judged as `serde_json` judges them: real objects, whose long
-    /// escaped strings cross many sixteen-byte blocks.
+    /// with long escaped strings.
     #[test]
     fn damaged_recorded_frames_are_judged_as_serde_json_judges_them() {
         let recorded = include_str!("../../testdata/watch/configmaps-1200.jsonl");

@@ -12,6 +12,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::marker::PhantomData;
+#[cfg(feature = "protobuf")]
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
@@ -21,7 +23,9 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, Error as _};
 
 use super::error::{Error, Result, Status, snippet};
-use super::proto_json::{self, ProtoKind};
+#[cfg(feature = "protobuf")]
+use super::proto_json::{self, ProtoKind, Refusals};
+#[cfg(feature = "protobuf")]
 use super::protobuf::{self, WatchFramer};
 use super::raw::Raw;
 use super::scan;
@@ -40,6 +44,22 @@ pub enum WatchEvent<K> {
     Deleted(K),
     /// No object changed, but the collection reached this resourceVersion.
     Bookmark(Bookmark),
+}
+
+/// The informer's shape of an event: the one conversion from the client's.
+impl<K> From<WatchEvent<K>> for informer::lister_watcher::WatchEvent<K> {
+    fn from(event: WatchEvent<K>) -> Self {
+        use informer::lister_watcher::WatchEvent as Informer;
+        match event {
+            WatchEvent::Added(k) => Informer::Added(k),
+            WatchEvent::Modified(k) => Informer::Modified(k),
+            WatchEvent::Deleted(k) => Informer::Deleted(k),
+            WatchEvent::Bookmark(b) => Informer::Bookmark {
+                initial_events_end: b.is_initial_events_end(),
+                resource_version: b.metadata.resource_version,
+            },
+        }
+    }
 }
 
 /// A `BOOKMARK` event: the resourceVersion the watch has reached.
@@ -112,6 +132,7 @@ pub trait WatchObject: DeserializeOwned {
     /// watches of such a type ask for protobuf, and read the answer with
     /// [`from_protobuf`](Self::from_protobuf) when it comes as protobuf. `None` (the default)
     /// keeps the type on JSON; [`Raw`] of a built-in kind says `Some`.
+    #[cfg(feature = "protobuf")]
     fn protobuf_kind() -> Option<ProtoKind> {
         None
     }
@@ -122,6 +143,7 @@ pub trait WatchObject: DeserializeOwned {
     /// # Errors
     ///
     /// If the message cannot be transcoded; the default refuses every message.
+    #[cfg(feature = "protobuf")]
     fn from_protobuf(kind: ProtoKind, object: &[u8]) -> proto_json::Result<Self> {
         let _ = (kind, object);
         Err(proto_json::Error::Malformed(super::protobuf::Error {
@@ -134,10 +156,12 @@ pub trait WatchObject: DeserializeOwned {
 impl<K> WatchObject for K where K: k8s_openapi::Metadata<Ty = ObjectMeta> + DeserializeOwned {}
 
 impl<K: k8s_openapi::Resource> WatchObject for Raw<K> {
+    #[cfg(feature = "protobuf")]
     fn protobuf_kind() -> Option<ProtoKind> {
-        proto_json::kind(K::GROUP, K::VERSION, K::KIND).filter(|kind| kind.usable())
+        proto_json::kind(K::GROUP, K::VERSION, K::KIND)
     }
 
+    #[cfg(feature = "protobuf")]
     fn from_protobuf(kind: ProtoKind, object: &[u8]) -> proto_json::Result<Self> {
         proto_json::transcode(kind, object)
     }
@@ -166,26 +190,20 @@ impl<K: k8s_openapi::Resource> WatchObject for Raw<K> {
 }
 
 /// Decodes one protobuf watch frame of `kind` into an event, as [`decode_event`] does a
-/// JSON one. A field the tables do not know makes `kind` JSON-only from then on, so the
-/// relist that follows the error reads JSON.
+/// JSON one.
 ///
 /// # Errors
 ///
 /// As [`decode_event`]; [`Error::Protobuf`] for a frame that is not a valid event.
-pub fn decode_protobuf_event<K: WatchObject>(
+#[cfg(feature = "protobuf")]
+pub(crate) fn decode_protobuf_event<K: WatchObject>(
     kind: ProtoKind,
     frame: &[u8],
     what: &str,
 ) -> Result<WatchEvent<K>> {
-    let fail = |source: proto_json::Error| {
-        if matches!(source, proto_json::Error::UnknownField { .. }) {
-            tracing::warn!(%source, "reading this kind as JSON from now on");
-            kind.refuse();
-        }
-        Error::Protobuf {
-            what: format!("a watch frame from {what}"),
-            source,
-        }
+    let fail = |source: proto_json::Error| Error::Protobuf {
+        what: format!("a watch frame from {what}"),
+        source,
     };
     let event = protobuf::watch_event(frame).map_err(|e| fail(e.into()))?;
     let raw = event.object.raw;
@@ -304,16 +322,12 @@ impl FrameDecoder {
     }
 }
 
-/// The events of one watch, decoded as they arrive.
-///
-/// The stream ends (`next` returns `None`) when the server closes the watch, normally after
-/// its `timeoutSeconds`. After an error, it yields `None`: a watch that went wrong is over,
-/// and the caller starts a new one or lists again.
-pub struct WatchStream<K> {
-    body: Option<Incoming>,
-    url: String,
+/// Cuts a watch body's chunks into frames and decodes each into an event: newline-delimited
+/// JSON, or (with the `protobuf` feature) the length-prefixed protobuf of one built-in kind.
+/// What a [`WatchStream`] reads its body with; usable on its own over recorded chunks.
+#[derive(Debug)]
+pub struct EventReader {
     framing: Framing,
-    _kind: PhantomData<fn() -> K>,
 }
 
 /// How a watch body is cut into frames and read.
@@ -322,7 +336,107 @@ enum Framing {
     /// Newline-delimited JSON.
     Json(FrameDecoder),
     /// Length-prefixed protobuf of this kind.
+    #[cfg(feature = "protobuf")]
     Protobuf(WatchFramer, ProtoKind),
+}
+
+impl EventReader {
+    /// A reader of newline-delimited JSON events.
+    pub fn json() -> Self {
+        EventReader {
+            framing: Framing::Json(FrameDecoder::new()),
+        }
+    }
+
+    /// A reader of the protobuf events of `K`, if `K` has a protobuf form (as [`Raw`] of a
+    /// built-in kind has) and the crate is built with the `protobuf` feature.
+    pub fn protobuf<K: WatchObject>() -> Option<Self> {
+        #[cfg(feature = "protobuf")]
+        return K::protobuf_kind().map(Self::protobuf_of);
+        #[cfg(not(feature = "protobuf"))]
+        None
+    }
+
+    #[cfg(feature = "protobuf")]
+    fn protobuf_of(kind: ProtoKind) -> Self {
+        EventReader {
+            framing: Framing::Protobuf(WatchFramer::default(), kind),
+        }
+    }
+
+    /// Whether this reader reads protobuf.
+    pub fn is_protobuf(&self) -> bool {
+        !matches!(self.framing, Framing::Json(_))
+    }
+
+    /// Adds the next chunk of the body.
+    pub fn push(&mut self, chunk: Bytes) {
+        match &mut self.framing {
+            Framing::Json(decoder) => decoder.push(chunk),
+            #[cfg(feature = "protobuf")]
+            Framing::Protobuf(framer, _) => framer.push_bytes(chunk),
+        }
+    }
+
+    /// The next whole frame's event, if one has arrived; `what` names the watch in errors.
+    ///
+    /// # Errors
+    ///
+    /// As [`decode_event`]; a protobuf frame that cannot be read is `Error::Protobuf`.
+    pub fn next_event<K: WatchObject>(&mut self, what: &str) -> Option<Result<WatchEvent<K>>> {
+        match &mut self.framing {
+            Framing::Json(decoder) => Some(decode_event(&decoder.next_frame()?, what)),
+            #[cfg(feature = "protobuf")]
+            Framing::Protobuf(framer, kind) => match framer.next_frame() {
+                Ok(frame) => Some(decode_protobuf_event(*kind, &frame?, what)),
+                Err(e) => Some(Err(Error::Protobuf {
+                    what: format!("a watch frame from {what}"),
+                    source: e.into(),
+                })),
+            },
+        }
+    }
+
+    /// How many bytes of an unfinished frame are held (for JSON, ignoring whitespace).
+    pub fn pending(&self) -> usize {
+        match &self.framing {
+            Framing::Json(decoder) => decoder.pending(),
+            #[cfg(feature = "protobuf")]
+            Framing::Protobuf(framer, _) => framer.pending(),
+        }
+    }
+
+    /// Reads `kind` as JSON from now on in `refusals` if `event` failed on a field the
+    /// tables do not know, so the relist that follows the error reads JSON.
+    #[cfg(feature = "protobuf")]
+    fn refuse_if_unknown<K>(&self, event: &Result<K>, refusals: &Refusals, what: &str) {
+        if let (
+            Framing::Protobuf(_, kind),
+            Err(Error::Protobuf {
+                source: source @ proto_json::Error::UnknownField { .. },
+                ..
+            }),
+        ) = (&self.framing, event)
+        {
+            tracing::warn!(%source, url = what, "reading this kind as JSON from now on");
+            refusals.refuse(*kind);
+        }
+    }
+}
+
+/// The events of one watch, decoded as they arrive.
+///
+/// The stream ends (`next` returns `None`) when the server closes the watch, normally after
+/// its `timeoutSeconds`. After an error, it yields `None`: a watch that went wrong is over,
+/// and the caller starts a new one or lists again.
+pub struct WatchStream<K> {
+    body: Option<Incoming>,
+    url: String,
+    reader: EventReader,
+    /// The client's refusals, which a protobuf field the tables do not know adds to.
+    #[cfg(feature = "protobuf")]
+    refusals: Option<Arc<Refusals>>,
+    _kind: PhantomData<fn() -> K>,
 }
 
 impl<K> std::fmt::Debug for WatchStream<K> {
@@ -335,40 +449,39 @@ impl<K> std::fmt::Debug for WatchStream<K> {
 }
 
 impl<K: WatchObject> WatchStream<K> {
-    /// A stream over `body`: protobuf frames of `protobuf` if given, JSON lines otherwise.
-    pub(crate) fn new(body: Incoming, url: String, protobuf: Option<ProtoKind>) -> Self {
-        let framing = match protobuf {
-            Some(kind) => Framing::Protobuf(WatchFramer::default(), kind),
-            None => Framing::Json(FrameDecoder::new()),
-        };
+    /// A stream of newline-delimited JSON events over `body`.
+    pub(crate) fn json(body: Incoming, url: String) -> Self {
         WatchStream {
             body: Some(body),
             url,
-            framing,
+            reader: EventReader::json(),
+            #[cfg(feature = "protobuf")]
+            refusals: None,
+            _kind: PhantomData,
+        }
+    }
+
+    /// A stream of protobuf events of `kind` over `body`; a field the tables do not know
+    /// refuses `kind` in `refusals`.
+    #[cfg(feature = "protobuf")]
+    pub(crate) fn protobuf(
+        body: Incoming,
+        url: String,
+        kind: ProtoKind,
+        refusals: Arc<Refusals>,
+    ) -> Self {
+        WatchStream {
+            body: Some(body),
+            url,
+            reader: EventReader::protobuf_of(kind),
+            refusals: Some(refusals),
             _kind: PhantomData,
         }
     }
 
     /// Whether the server sends this watch as protobuf.
     pub fn is_protobuf(&self) -> bool {
-        matches!(self.framing, Framing::Protobuf(..))
-    }
-
-    /// The next whole frame's event, if one has arrived.
-    fn next_buffered(&mut self) -> Option<Result<WatchEvent<K>>> {
-        match &mut self.framing {
-            Framing::Json(decoder) => {
-                let frame = decoder.next_frame()?;
-                Some(decode_event(&frame, &self.url))
-            }
-            Framing::Protobuf(framer, kind) => match framer.next_frame() {
-                Ok(frame) => Some(decode_protobuf_event(*kind, &frame?, &self.url)),
-                Err(e) => Some(Err(Error::Protobuf {
-                    what: format!("a watch frame from {}", self.url),
-                    source: e.into(),
-                })),
-            },
-        }
+        self.reader.is_protobuf()
     }
 
     /// The URL this watch reads.
@@ -390,9 +503,13 @@ impl<K: WatchObject> WatchStream<K> {
     /// Cancel safe: a frame read but not yet returned stays buffered for the next call.
     pub async fn next(&mut self) -> Option<Result<WatchEvent<K>>> {
         loop {
-            if let Some(event) = self.next_buffered() {
+            if let Some(event) = self.reader.next_event(&self.url) {
                 if event.is_err() {
                     self.body = None;
+                    #[cfg(feature = "protobuf")]
+                    if let Some(refusals) = &self.refusals {
+                        self.reader.refuse_if_unknown(&event, refusals, &self.url);
+                    }
                 }
                 return Some(event);
             }
@@ -400,10 +517,7 @@ impl<K: WatchObject> WatchStream<K> {
             match body.frame().await {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        match &mut self.framing {
-                            Framing::Json(decoder) => decoder.push(data),
-                            Framing::Protobuf(framer, _) => framer.push_bytes(data),
-                        }
+                        self.reader.push(data);
                     }
                 }
                 Some(Err(source)) => {
@@ -415,10 +529,7 @@ impl<K: WatchObject> WatchStream<K> {
                 }
                 None => {
                     self.body = None;
-                    let len = match &self.framing {
-                        Framing::Json(decoder) => decoder.pending(),
-                        Framing::Protobuf(framer, _) => framer.pending(),
-                    };
+                    let len = self.reader.pending();
                     if len > 0 {
                         return Some(Err(Error::TruncatedFrame {
                             url: self.url.clone(),
@@ -531,10 +642,13 @@ mod tests {
         let err = decode_event::<ConfigMap>(br#"{"type":"RENAMED","object":{}}"#, "w").unwrap_err();
         assert!(matches!(err, Error::Decode { .. }), "{err}");
     }
+}
 
-    // === protobuf ===
-
+#[cfg(all(test, feature = "protobuf"))]
+mod protobuf_tests {
+    use super::*;
     use crate::client::protobuf::tests::ld;
+    use k8s_openapi::api::core::v1::ConfigMap;
 
     /// A watch frame: `type`, then the object as `RawExtension { raw: k8s\0 Unknown }`.
     fn frame(event_type: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
