@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use controller_runtime::client::RateLimit;
 use controller_runtime::config::{Config, KubeconfigOptions};
 use controller_runtime::runtime::leader_election::LeaderElectionConfig;
 use controller_runtime::runtime::server::parse_bind_address;
@@ -54,6 +55,14 @@ struct Flags {
     /// An image prefix the validating webhook allows (repeatable); none allows any image.
     #[arg(long = "allowed-image-prefix")]
     allowed_image_prefixes: Vec<String>,
+    /// Client-side limit on requests to the API server, a second sustained; 0 or less sends
+    /// as fast as the controller asks (what controller-runtime's `GetConfig` sets), leaving
+    /// the server's priority and fairness to pace the operator.
+    #[arg(long, default_value_t = 20.0, allow_negative_numbers = true)]
+    kube_api_qps: f64,
+    /// Requests allowed at once above `--kube-api-qps`.
+    #[arg(long, default_value_t = 30)]
+    kube_api_burst: u32,
     /// The log level: error, warn, info, debug or trace (RUST_LOG overrides it).
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -104,7 +113,7 @@ async fn main() -> anyhow::Result<()> {
             .unwrap_or_else(|| config.default_namespace.clone());
         LeaderElectionConfig::new("86f835c3.example.com", namespace)
     });
-    let options = ManagerOptions {
+    let mut options = ManagerOptions {
         metrics_bind_address: flags.metrics_bind_address.0,
         health_probe_bind_address: flags.health_probe_bind_address.0,
         leader_election,
@@ -115,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
         graceful_shutdown_timeout: Duration::from_secs(30),
         ..ManagerOptions::default()
     };
+    options.client.rate_limit = rate_limit(flags.kube_api_qps, flags.kube_api_burst)?;
     tracing::info!(server = %config.cluster_url, source = %config.source, "starting the memcached operator");
     let manager = Manager::with_config(config, options).context("building the manager")?;
     memcached_operator::setup(&manager, &flags.memcached_image)
@@ -133,6 +143,17 @@ async fn main() -> anyhow::Result<()> {
     manager.start().await.context("running the manager")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The client's rate limit for `--kube-api-qps` and `--kube-api-burst`: none for a QPS of 0
+/// or less.
+fn rate_limit(qps: f64, burst: u32) -> anyhow::Result<Option<RateLimit>> {
+    if qps <= 0.0 {
+        return Ok(None);
+    }
+    Ok(Some(
+        RateLimit::new(qps, burst).context("--kube-api-qps and --kube-api-burst")?,
+    ))
 }
 
 fn init_logging(level: &str, format: &str) {
@@ -166,6 +187,29 @@ mod tests {
         );
         assert!(!flags.leader_elect);
         assert!(flags.command.is_none());
+        let limit = rate_limit(flags.kube_api_qps, flags.kube_api_burst).unwrap();
+        let limit = limit.unwrap();
+        assert_eq!((limit.qps(), limit.burst()), (20.0, 30));
+    }
+
+    #[test]
+    fn a_qps_of_zero_or_less_lifts_the_client_side_rate_limit() {
+        for qps in ["0", "-1"] {
+            let flags =
+                Flags::try_parse_from(["memcached-operator", "--kube-api-qps", qps]).unwrap();
+            assert!(
+                rate_limit(flags.kube_api_qps, flags.kube_api_burst)
+                    .unwrap()
+                    .is_none()
+            );
+        }
+        let flags = Flags::try_parse_from([
+            "memcached-operator",
+            "--kube-api-qps=50",
+            "--kube-api-burst=0",
+        ])
+        .unwrap();
+        assert!(rate_limit(flags.kube_api_qps, flags.kube_api_burst).is_err());
     }
 
     #[test]

@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""The Memcached operator beside the same operator on controller-runtime: `make bench-operator`.
+
+Builds our operator (cmd/memcached-operator), the driver (cmd/operator-bench), both release,
+and the Go peer (benches/clientgo/cmd/operator-peer: the same operator on controller-runtime
+v0.24.1), makes sure the real local cluster is up (`make cluster`, which leaves a running
+cluster alone), installs the Memcached CRD (`operator-bench install-crd`), then runs the two
+operators alternately for several rounds (ours first in odd rounds, controller-runtime first
+in even ones). One run of one operator, each step done by the same driver for both:
+
+1. a fresh namespace with one Memcached (size 1) is created and watched (`operator-bench
+   start`); the operator process is spawned (metrics and probes on 127.0.0.1, free ports;
+   the cache limited to the namespace); **start** is the time from spawning it to its
+   Deployment appearing in the watch (the first reconciles' visible effect); the driver then
+   waits until the resource has converged (see `converged` in cmd/operator-bench);
+2. /metrics and /readyz are checked to answer 200; after a settle, **resident memory idle**
+   (VmRSS from /proc/<pid>/status);
+3. **patch latency**: 200 merge patches of spec.size alternating 1 and 2, each timed from
+   just before the patch is sent to the Deployment watch event showing the new replicas; the
+   next patch waits until the resource's status has observed the previous generation;
+4. 1,000 more Memcached resources (--size, default 0: no Pods) are created and waited for until
+   every one has converged; after a settle, **resident memory with 1,000 CRs** (VmRSS, and
+   the peak VmHWM);
+5. the operator is stopped by its pid (SIGTERM), the driver removes every resource's finalizer
+   and deletes the namespace, and waits until it has gone (not timed against anything: only
+   so that the next run starts on a quiet cluster).
+
+Medians over the rounds, a table, target lines, and the last line is exactly
+
+    operator ours/controller-runtime: p99 X.XX, rss Y.YY, start Z.ZZ
+
+ratios of medians (ours over controller-runtime's; lower is better): the patch latency's p99,
+the resident memory with 1,000 CRs, and the start. Every run's JSON is kept in
+target/bench-operator/rounds.jsonl, each operator's log in target/bench-operator/logs/.
+A step that fails or times out in any round fails the bench, naming the round and the step.
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import defaultdict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT_DIR = os.path.join(ROOT, "target", "bench-operator")
+OURS = os.path.join(ROOT, "target", "release", "memcached-operator")
+DRIVER = os.path.join(ROOT, "target", "release", "operator-bench")
+THEIRS = os.path.join(OUT_DIR, "operator-peer")
+KUBECONFIG = os.path.join(ROOT, "target", "testenv", "kubeconfig")
+PEER = "controller-runtime"
+IMPLS = ["ours", PEER]
+# Targets: ours at most this fraction of controller-runtime's.
+TARGETS = {"p50_ms": 0.8, "p99_ms": 0.8, "rss_idle_bytes": 0.25, "rss_bytes": 0.25,
+           "start_secs": 0.5}
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+class StepFailed(Exception):
+    pass
+
+
+def build():
+    log("bench-operator: building memcached-operator and operator-bench (release) and the Go peer")
+    subprocess.run(
+        ["cargo", "build", "--release", "--quiet", "-p", "memcached-operator", "-p",
+         "operator-bench"],
+        cwd=ROOT, check=True,
+    )
+    os.makedirs(OUT_DIR, exist_ok=True)
+    subprocess.run(
+        ["go", "build", "-trimpath", "-o", THEIRS, "./cmd/operator-peer"],
+        cwd=os.path.join(ROOT, "benches", "clientgo"),
+        check=True,
+    )
+
+
+def ensure_cluster():
+    log("bench-operator: making sure the local cluster runs (make cluster)")
+    subprocess.run(["make", "--no-print-directory", "cluster"], cwd=ROOT, check=True,
+                   stdout=sys.stderr)
+
+
+def driver(opts, ns, *args, step, timeout=900):
+    """Runs one driver subcommand to its end; returns its last JSON line."""
+    cmd = [DRIVER, "--kubeconfig", opts.kubeconfig, "--namespace", ns, *args]
+    try:
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise StepFailed(f"{step}: the driver did not finish within {timeout} s")
+    if done.returncode != 0:
+        raise StepFailed(f"{step}: operator-bench {' '.join(args)} exited {done.returncode} "
+                         "(its error is above)")
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def memory_of(pid):
+    """VmRSS, VmHWM, RssAnon and RssFile of a process, in bytes."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                fields[name] = int(value.split()[0]) * 1024
+    return fields
+
+
+def http_ok(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def operator_command(name, opts, ns, metrics, probes):
+    common = ["--kubeconfig", opts.kubeconfig, "--namespace", ns,
+              f"--metrics-bind-address=127.0.0.1:{metrics}",
+              f"--health-probe-bind-address=127.0.0.1:{probes}"]
+    if name == "ours":
+        return [OURS, *common, f"--kube-api-qps={opts.ours_qps}"]
+    return [THEIRS, *common, "--zap-log-level=info"]
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run(name, rnd, opts):
+    """One run of one operator; its record."""
+    ns = f"bench-operator-r{rnd}-{'ours' if name == 'ours' else 'cr'}"
+    rec = {"impl": name, "round": rnd, "namespace": ns, "crs": opts.crs, "size": opts.size}
+    os.makedirs(os.path.join(OUT_DIR, "logs"), exist_ok=True)
+    log_path = os.path.join(OUT_DIR, "logs", f"{name.replace('/', '-')}-round{rnd}.log")
+    proc = None
+    step = "start"
+    try:
+        with open(log_path, "w") as log_file:
+            # 1. One resource, watched; then the operator.
+            watcher = subprocess.Popen(
+                [DRIVER, "--kubeconfig", opts.kubeconfig, "--namespace", ns, "start"],
+                stdout=subprocess.PIPE, text=True)
+            first = watcher.stdout.readline()
+            if not first or json.loads(first).get("event") != "watching":
+                watcher.wait()
+                raise StepFailed("start: the driver could not create and watch the first "
+                                 "Memcached (its error is above)")
+            metrics, probes = free_port(), free_port()
+            cmd = operator_command(name, opts, ns, metrics, probes)
+            spawned = time.time()
+            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+            events = {}
+            for line in watcher.stdout:
+                if line.strip():
+                    msg = json.loads(line)
+                    events[msg["event"]] = msg
+            if watcher.wait() != 0 or "converged" not in events:
+                raise StepFailed(f"start: the first Memcached did not converge under {name} "
+                                 f"(driver exit {watcher.returncode}; operator log {log_path})")
+            rec["start_secs"] = events["deployment"]["unix_secs"] - spawned
+            rec["first_converged_secs"] = events["converged"]["unix_secs"] - spawned
+            log(f"bench-operator:   start {rec['start_secs'] * 1e3:.0f} ms "
+                f"(converged at {rec['first_converged_secs'] * 1e3:.0f} ms)")
+
+            # 2. Metrics and probes answer; memory idle.
+            step = "metrics and probes"
+            for url in (f"http://127.0.0.1:{metrics}/metrics",
+                        f"http://127.0.0.1:{probes}/readyz",
+                        f"http://127.0.0.1:{probes}/healthz"):
+                if not http_ok(url):
+                    raise StepFailed(f"{step}: {url} did not answer 200")
+            step = "memory idle"
+            time.sleep(opts.settle)
+            memory = memory_of(proc.pid)
+            rec["rss_idle_bytes"] = memory["VmRSS"]
+            rec["anon_idle_bytes"] = memory["RssAnon"]
+            rec["file_idle_bytes"] = memory["RssFile"]
+
+            # 3. Patch latency.
+            step = "patch latency"
+            latency = driver(opts, ns, "patch-latency", "--count", str(opts.patches),
+                             step=step)
+            rec.update({k: v for k, v in latency.items() if k != "event"})
+            log(f"bench-operator:   patch → Deployment p50 {rec['p50_ms']:.1f} ms, "
+                f"p99 {rec['p99_ms']:.1f} ms, max {rec['max_ms']:.1f} ms")
+
+            # 4. A thousand resources.
+            step = f"seeding {opts.crs} Memcached resources"
+            seeded = driver(opts, ns, "seed", "--count", str(opts.crs), "--size",
+                            str(opts.size), step=step)
+            rec["seed_secs"] = seeded["secs"]
+            step = f"waiting for {opts.crs + 1} Memcached resources to converge"
+            converged = driver(opts, ns, "wait-converged", "--count", str(opts.crs + 1),
+                               "--timeout-secs", str(opts.converge_timeout), step=step)
+            rec["converge_secs"] = seeded["secs"] + converged["secs"]
+            step = "memory with the resources"
+            time.sleep(opts.settle)
+            memory = memory_of(proc.pid)
+            rec["rss_bytes"], rec["hwm_bytes"] = memory["VmRSS"], memory["VmHWM"]
+            rec["anon_bytes"], rec["file_bytes"] = memory["RssAnon"], memory["RssFile"]
+            if proc.poll() is not None:
+                raise StepFailed(f"{step}: the operator exited ({proc.returncode})")
+            log(f"bench-operator:   {opts.crs:,} more converged in {rec['converge_secs']:.1f} s; "
+                f"rss idle {mib(rec['rss_idle_bytes'])}, with them {mib(rec['rss_bytes'])}")
+
+            # 5. Everything goes: the operator stopped, the driver removes the finalizers.
+            step = "cleanup"
+            stop(proc)
+            cleaned = driver(opts, ns, "cleanup", "--strip-finalizers", step=step)
+            rec["cleanup_secs"] = cleaned["secs"]
+            rec["cleanup_phases"] = cleaned.get("phases")
+            step = None
+            return rec
+    except StepFailed as failure:
+        raise SystemExit(f"bench-operator: round {rnd}, {name}: {failure}")
+    finally:
+        if proc is not None:
+            stop(proc)
+        if step is not None:
+            # A step failed: leave no namespace behind (finalizers stripped: no operator).
+            subprocess.run([DRIVER, "--kubeconfig", opts.kubeconfig, "--namespace", ns,
+                            "cleanup", "--strip-finalizers"], stdout=subprocess.DEVNULL)
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def fmt_ms(value):
+    return "—" if value is None else f"{value:.1f} ms"
+
+
+def fmt_secs_ms(secs):
+    return "—" if secs is None else f"{secs * 1e3:.0f} ms"
+
+
+def fmt_secs(secs):
+    return "—" if secs is None else f"{secs:.1f} s"
+
+
+def mib(b):
+    return "—" if b is None else f"{b / 2**20:.1f} MiB"
+
+
+def fmt_ratio(a, b):
+    return "—" if a is None or not b else f"{a / b:.2f}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each operator (default 3)")
+    parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    parser.add_argument("--no-cluster", action="store_true",
+                        help="skip `make cluster` (the kubeconfig's cluster runs)")
+    parser.add_argument("--kubeconfig", default=KUBECONFIG, help="default: the local cluster's")
+    parser.add_argument("--patches", type=int, default=200, help="size patches per run")
+    parser.add_argument("--crs", type=int, default=1000, help="Memcached resources to add")
+    parser.add_argument("--size", type=int, default=0,
+                        help="their spec.size (default 0: no Pods; see BENCHMARKS.md)")
+    parser.add_argument("--settle", type=float, default=2.0,
+                        help="seconds between convergence and reading VmRSS (default 2)")
+    parser.add_argument("--converge-timeout", type=int, default=300,
+                        help="seconds the resources may take to converge (default 300)")
+    parser.add_argument("--ours-qps", type=float, default=-1,
+                        help="our operator's --kube-api-qps (default -1: no client-side "
+                             "limit, as controller-runtime's GetConfig; 20 is ours as shipped)")
+    opts = parser.parse_args()
+    if opts.rounds < 1:
+        parser.error("--rounds must be at least 1")
+
+    began = time.time()
+    if not opts.no_build:
+        build()
+    if not opts.no_cluster and opts.kubeconfig == KUBECONFIG:
+        ensure_cluster()
+    os.makedirs(OUT_DIR, exist_ok=True)
+    log("bench-operator: installing the Memcached CRD; removing namespaces of earlier runs")
+    driver(opts, "default", "install-crd", step="installing the CRD")
+    driver(opts, "default", "cleanup-stale", step="removing namespaces of earlier runs")
+
+    by_round = defaultdict(dict)  # impl -> round -> record
+    with open(os.path.join(OUT_DIR, "rounds.jsonl"), "w") as raw:
+        for rnd in range(1, opts.rounds + 1):
+            order = list(IMPLS) if rnd % 2 == 1 else list(reversed(IMPLS))
+            for name in order:
+                log(f"bench-operator: round {rnd}/{opts.rounds}: {name} "
+                    f"({time.time() - began:.0f} s in)")
+                rec = run(name, rnd, opts)
+                raw.write(json.dumps(rec) + "\n")
+                raw.flush()
+                by_round[name][rnd] = rec
+
+    def get(impl, field):
+        return median([r[field] for r in by_round[impl].values() if r.get(field) is not None])
+
+    def spread(field):
+        ours, other = by_round["ours"], by_round[PEER]
+        ratios = [ours[r][field] / other[r][field] for r in ours
+                  if r in other and ours[r].get(field) is not None and other[r].get(field)]
+        return f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "—"
+
+    crs = f"{opts.crs:,}"
+    rows = [
+        ("start to first reconcile (spawn → Deployment)", "start_secs", fmt_secs_ms),
+        ("  … to the first resource converged", "first_converged_secs", fmt_secs_ms),
+        ("patch → Deployment replicas, p50", "p50_ms", fmt_ms),
+        ("patch → Deployment replicas, p99", "p99_ms", fmt_ms),
+        ("patch → Deployment replicas, max", "max_ms", fmt_ms),
+        ("  the patch request alone, p50 (driver's)", "patch_rtt_p50_ms", fmt_ms),
+        ("resident memory idle (VmRSS)", "rss_idle_bytes", mib),
+        ("  anonymous (heap, stacks: RssAnon)", "anon_idle_bytes", mib),
+        ("  file-backed (the binary: RssFile)", "file_idle_bytes", mib),
+        (f"resident memory with {crs} CRs (VmRSS)", "rss_bytes", mib),
+        ("  anonymous (RssAnon)", "anon_bytes", mib),
+        ("  file-backed (RssFile)", "file_bytes", mib),
+        (f"peak resident memory with {crs} CRs (VmHWM)", "hwm_bytes", mib),
+        (f"{crs} CRs: created → all converged", "converge_secs", fmt_secs),
+    ]
+    print(f"Operator: ours vs controller-runtime v0.24.1, medians of {opts.rounds} alternating "
+          f"rounds ({opts.patches} size patches 1↔2; {crs} Memcached resources of size "
+          f"{opts.size}; ours with --kube-api-qps={opts.ours_qps:g})")
+    print()
+    header = f"{'':<48} {'ours':>10} {'c-r':>10} {'ours/c-r':>10} {'(per round)':>12}"
+    print(header)
+    print("-" * len(header))
+    for label, field, fmt in rows:
+        ours, other = get("ours", field), get(PEER, field)
+        print(f"{label:<48} {fmt(ours):>10} {fmt(other):>10} "
+              f"{fmt_ratio(ours, other):>10} {spread(field):>12}")
+    print()
+    for field, what in [("p50_ms", "patch → Deployment p50"),
+                        ("p99_ms", "patch → Deployment p99"),
+                        ("rss_idle_bytes", "resident memory idle"),
+                        ("rss_bytes", f"resident memory with {crs} CRs"),
+                        ("start_secs", "start to first reconcile")]:
+        ours, other = get("ours", field), get(PEER, field)
+        if ours is not None and other:
+            ratio = ours / other
+            met = "met" if ratio <= TARGETS[field] else "NOT met"
+            print(f"target: {what} ≤ {TARGETS[field]}× controller-runtime's: {ratio:.2f}× — {met}")
+    print()
+    log(f"bench-operator: done in {time.time() - began:.0f} s")
+    ratios = [fmt_ratio(get("ours", f), get(PEER, f)) for f in ("p99_ms", "rss_bytes", "start_secs")]
+    p99, rss, start = ("n/a" if r == "—" else r for r in ratios)
+    print(f"operator ours/controller-runtime: p99 {p99}, rss {rss}, start {start}")
+    return 0 if "—" not in ratios else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
