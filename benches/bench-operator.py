@@ -18,7 +18,7 @@ in even ones). One run of one operator, each step done by the same driver for bo
 3. **patch latency**: 200 merge patches of spec.size alternating 1 and 2, each timed from
    just before the patch is sent to the Deployment watch event showing the new replicas; the
    next patch waits until the resource's status has observed the previous generation;
-4. 1,000 more Memcached resources (--size, default 0: no Pods) are created and waited for until
+4. 1,000 more Memcached resources (--size, default 1: a Pod each) are created and waited for until
    every one has converged; after a settle, **resident memory with 1,000 CRs** (VmRSS, and
    the peak VmHWM);
 5. the operator is stopped by its pid (SIGTERM), the driver removes every resource's finalizer
@@ -276,8 +276,8 @@ def main():
     parser.add_argument("--kubeconfig", default=KUBECONFIG, help="default: the local cluster's")
     parser.add_argument("--patches", type=int, default=200, help="size patches per run")
     parser.add_argument("--crs", type=int, default=1000, help="Memcached resources to add")
-    parser.add_argument("--size", type=int, default=0,
-                        help="their spec.size (default 0: no Pods; see BENCHMARKS.md)")
+    parser.add_argument("--size", type=int, default=1,
+                        help="their spec.size (default 1: a Pod each; 0 for none)")
     parser.add_argument("--settle", type=float, default=2.0,
                         help="seconds between convergence and reading VmRSS (default 2)")
     parser.add_argument("--converge-timeout", type=int, default=300,
