@@ -182,8 +182,10 @@ def run(name, rnd, opts):
                     msg = json.loads(line)
                     events[msg["event"]] = msg
             if watcher.wait() != 0 or "converged" not in events:
+                exited = "" if proc.poll() is None else f"; the operator exited ({proc.returncode})"
                 raise StepFailed(f"start: the first Memcached did not converge under {name} "
-                                 f"(driver exit {watcher.returncode}; operator log {log_path})")
+                                 f"(driver exit {watcher.returncode}{exited}; operator log "
+                                 f"{log_path})")
             rec["start_secs"] = events["deployment"]["unix_secs"] - spawned
             rec["first_converged_secs"] = events["converged"]["unix_secs"] - spawned
             log(f"bench-operator:   start {rec['start_secs'] * 1e3:.0f} ms "
