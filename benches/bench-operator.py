@@ -133,8 +133,14 @@ def operator_command(name, opts, ns, metrics, probes):
               f"--metrics-bind-address=127.0.0.1:{metrics}",
               f"--health-probe-bind-address=127.0.0.1:{probes}"]
     if name == "ours":
-        return [OURS, *common, f"--kube-api-qps={opts.ours_qps}"]
-    return [THEIRS, *common, "--zap-log-level=info"]
+        return [opts.ours_bin, *common, f"--kube-api-qps={opts.ours_qps}"]
+    extra = ["--strip-managed-fields"] if opts.peer_strip else []
+    return [THEIRS, *common, "--zap-log-level=info", *extra]
+
+
+def alive(proc, step):
+    if proc.poll() is not None:
+        raise StepFailed(f"{step}: the operator exited ({proc.returncode})")
 
 
 def stop(proc):
@@ -176,8 +182,10 @@ def run(name, rnd, opts):
                     msg = json.loads(line)
                     events[msg["event"]] = msg
             if watcher.wait() != 0 or "converged" not in events:
+                exited = "" if proc.poll() is None else f"; the operator exited ({proc.returncode})"
                 raise StepFailed(f"start: the first Memcached did not converge under {name} "
-                                 f"(driver exit {watcher.returncode}; operator log {log_path})")
+                                 f"(driver exit {watcher.returncode}{exited}; operator log "
+                                 f"{log_path})")
             rec["start_secs"] = events["deployment"]["unix_secs"] - spawned
             rec["first_converged_secs"] = events["converged"]["unix_secs"] - spawned
             log(f"bench-operator:   start {rec['start_secs'] * 1e3:.0f} ms "
@@ -192,6 +200,7 @@ def run(name, rnd, opts):
                     raise StepFailed(f"{step}: {url} did not answer 200")
             step = "memory idle"
             time.sleep(opts.settle)
+            alive(proc, step)
             memory = memory_of(proc.pid)
             rec["rss_idle_bytes"] = memory["VmRSS"]
             rec["anon_idle_bytes"] = memory["RssAnon"]
@@ -216,11 +225,10 @@ def run(name, rnd, opts):
             rec["converge_secs"] = seeded["secs"] + converged["secs"]
             step = "memory with the resources"
             time.sleep(opts.settle)
+            alive(proc, step)
             memory = memory_of(proc.pid)
             rec["rss_bytes"], rec["hwm_bytes"] = memory["VmRSS"], memory["VmHWM"]
             rec["anon_bytes"], rec["file_bytes"] = memory["RssAnon"], memory["RssFile"]
-            if proc.poll() is not None:
-                raise StepFailed(f"{step}: the operator exited ({proc.returncode})")
             log(f"bench-operator:   {opts.crs:,} more converged in {rec['converge_secs']:.1f} s; "
                 f"rss idle {mib(rec['rss_idle_bytes'])}, with them {mib(rec['rss_bytes'])}")
 
@@ -285,6 +293,12 @@ def main():
     parser.add_argument("--ours-qps", type=float, default=-1,
                         help="our operator's --kube-api-qps (default -1: no client-side "
                              "limit, as controller-runtime's GetConfig; 20 is ours as shipped)")
+    parser.add_argument("--ours-bin", default=OURS,
+                        help="our operator's binary (default: the release build), e.g. one "
+                             "built with another profile")
+    parser.add_argument("--peer-strip", action="store_true",
+                        help="run the peer with --strip-managed-fields "
+                             "(cache.TransformStripManagedFields), as our cache does by default")
     opts = parser.parse_args()
     if opts.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -339,7 +353,8 @@ def main():
     ]
     print(f"Operator: ours vs controller-runtime v0.24.1, medians of {opts.rounds} alternating "
           f"rounds ({opts.patches} size patches 1↔2; {crs} Memcached resources of size "
-          f"{opts.size}; ours with --kube-api-qps={opts.ours_qps:g})")
+          f"{opts.size}; ours with --kube-api-qps={opts.ours_qps:g}"
+          f"{'; c-r stripping managedFields' if opts.peer_strip else ''})")
     print()
     header = f"{'':<48} {'ours':>10} {'c-r':>10} {'ours/c-r':>10} {'(per round)':>12}"
     print(header)

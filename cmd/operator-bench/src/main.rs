@@ -100,7 +100,7 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         timeout_secs: u64,
     },
-    /// Create Memcached resources named `<prefix>-0` … `<prefix>-(count-1)`.
+    /// Create Memcached resources named PREFIX-0 … PREFIX-(COUNT-1).
     Seed {
         /// How many.
         #[arg(long, default_value_t = 1000)]
