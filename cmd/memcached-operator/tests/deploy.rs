@@ -802,6 +802,31 @@ impl Operator {
     }
 }
 
+/// The operator binary in a new namespace named after `prefix`, under a service account
+/// holding the rendered rules without `verb` on `resource` of `group`. The cleanup deletes
+/// the namespace, the role and the scratch kubeconfig.
+async fn operator_without<'k>(
+    kubectl: &'k Kubectl,
+    rules: &Rules,
+    prefix: &str,
+    (group, resource, verb): (&str, &str, &str),
+) -> (String, Cleanup<'k>, Operator) {
+    let ns = create_namespace(&cluster::client(), prefix).await;
+    let scratch = std::env::temp_dir().join(unique(prefix));
+    let mut cleanup = Cleanup {
+        kubectl,
+        objects: vec![format!("namespace/{ns}")],
+        dirs: vec![scratch.clone()],
+    };
+    let reduced = Rules {
+        manager: without(&rules.manager, group, resource, verb),
+        leader_election: rules.leader_election.clone(),
+    };
+    let token = grant(&mut cleanup, &ns, &reduced);
+    let operator = Operator::start(&token_kubeconfig(kubectl, &scratch, &token), &ns);
+    (ns, cleanup, operator)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs cluster"]
 async fn removing_one_rule_breaks_the_operator_with_a_clear_403_in_its_log() {
@@ -819,22 +844,13 @@ async fn removing_one_rule_breaks_the_operator_with_a_clear_403_in_its_log() {
 
     // Without `patch` on Deployments the operator cannot apply one: each reconcile fails
     // with the API server's 403, logged, and the resource says Degraded.
-    let ns = create_namespace(&admin, "mc-rbac-patch").await;
-    let scratch = std::env::temp_dir().join(unique("mc-rbac-patch"));
-    let mut cleanup = Cleanup {
-        kubectl: &kubectl,
-        objects: vec![format!("namespace/{ns}")],
-        dirs: vec![scratch.clone()],
-    };
-    let token = grant(
-        &mut cleanup,
-        &ns,
-        &Rules {
-            manager: without(&rules.manager, "apps", "deployments", "patch"),
-            leader_election: rules.leader_election.clone(),
-        },
-    );
-    let operator = Operator::start(&token_kubeconfig(&kubectl, &scratch, &token), &ns);
+    let (ns, cleanup, operator) = operator_without(
+        &kubectl,
+        &rules,
+        "mc-rbac-patch",
+        ("apps", "deployments", "patch"),
+    )
+    .await;
     let memcacheds = Api::<Memcached>::namespaced(admin.clone(), &ns);
     memcacheds
         .create(
@@ -873,22 +889,8 @@ async fn removing_one_rule_breaks_the_operator_with_a_clear_403_in_its_log() {
     // retrying with backoff rather than exiting or hanging silently. (Without `list` alone it
     // still works, as the streaming list needs only `watch`; `list` is kept for API servers
     // without streaming lists, where the cache falls back to a LIST.)
-    let ns = create_namespace(&admin, "mc-rbac-watch").await;
-    let scratch = std::env::temp_dir().join(unique("mc-rbac-watch"));
-    let mut cleanup = Cleanup {
-        kubectl: &kubectl,
-        objects: vec![format!("namespace/{ns}")],
-        dirs: vec![scratch.clone()],
-    };
-    let token = grant(
-        &mut cleanup,
-        &ns,
-        &Rules {
-            manager: without(&rules.manager, "", "pods", "watch"),
-            leader_election: rules.leader_election.clone(),
-        },
-    );
-    let mut operator = Operator::start(&token_kubeconfig(&kubectl, &scratch, &token), &ns);
+    let (ns, cleanup, mut operator) =
+        operator_without(&kubectl, &rules, "mc-rbac-watch", ("", "pods", "watch")).await;
     let line = operator
         .line_with(&["403", "cannot watch resource \"pods\""])
         .await;

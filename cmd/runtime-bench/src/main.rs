@@ -184,31 +184,21 @@ async fn run(args: &Args, started: Instant) -> Result<Outcome> {
     tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
     let status = std::fs::read_to_string("/proc/self/status").context("reading VmRSS")?;
     let (rss, hwm) = parse_status(&status).context("parsing /proc/self/status")?;
-    let reconciled = counter.len();
-    if args.exit_at_once {
-        print_outcome(
-            &Outcome {
-                reconciled,
-                elapsed,
-                built,
-                synced,
-                rss,
-                hwm,
-            },
-            args.keep_typed,
-        );
-        std::process::exit(0);
-    }
-    let _ = stop.send(true);
-    running.await.context("the manager's task")??;
-    Ok(Outcome {
-        reconciled,
+    let outcome = Outcome {
+        reconciled: counter.len(),
         elapsed,
         built,
         synced,
         rss,
         hwm,
-    })
+    };
+    if args.exit_at_once {
+        print_outcome(&outcome, args.keep_typed);
+        std::process::exit(0);
+    }
+    let _ = stop.send(true);
+    running.await.context("the manager's task")??;
+    Ok(outcome)
 }
 
 /// The no-op reconcile: the object came from the cache; count its key.
