@@ -494,6 +494,11 @@ async fn repeated_events_fold_into_one_series() {
             .await
             .unwrap();
     }
+    // The first repeat is written at once; the second waits for the flush interval.
+    let events = events_about(&client, &ns, &uid).await;
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0].series.as_ref().unwrap().count, 2);
+    recorder.flush().await.unwrap();
     let events = events_about(&client, &ns, &uid).await;
     assert_eq!(events.len(), 1, "{events:#?}");
     let event = &events[0];
@@ -541,12 +546,51 @@ async fn repeated_events_fold_into_one_series() {
 
 #[tokio::test]
 #[ignore = "needs cluster"]
+async fn a_series_count_waiting_for_its_interval_is_written_when_it_is_up() {
+    let client = client();
+    let ns = create_namespace(&client, "rt-events-flush").await;
+    let cm = configmap(&client, &ns, "watched").await;
+    let uid = cm.metadata.uid.clone().unwrap();
+    let recorder = Recorder::new(client.clone(), "memcached-controller", "memcached-0")
+        .unwrap()
+        .with_flush_interval(Duration::from_millis(300));
+    let regarding = object_reference(&cm);
+    for _ in 0..5 {
+        recorder
+            .event(&regarding, EventType::Normal, "Synced", "Sync", "ok")
+            .await
+            .unwrap();
+    }
+    // Nothing else writes: the spawned flush brings the count from 2 to 5.
+    let deadline = tokio::time::Instant::now() + CONVERGE;
+    loop {
+        let events = events_about(&client, &ns, &uid).await;
+        assert_eq!(events.len(), 1, "{events:#?}");
+        let count = events[0].series.as_ref().map_or(1, |s| s.count);
+        assert!((2..=5).contains(&count), "{events:#?}");
+        if count == 5 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the series count stayed at {count}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    delete_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
 async fn a_series_whose_event_was_deleted_starts_again() {
     let client = client();
     let ns = create_namespace(&client, "rt-events-gone").await;
     let cm = configmap(&client, &ns, "watched").await;
     let uid = cm.metadata.uid.clone().unwrap();
-    let recorder = Recorder::new(client.clone(), "memcached-controller", "memcached-0").unwrap();
+    // Every repeat written at once, so the third meets the deleted Event.
+    let recorder = Recorder::new(client.clone(), "memcached-controller", "memcached-0")
+        .unwrap()
+        .with_flush_interval(Duration::ZERO);
     let regarding = object_reference(&cm);
     let record = || recorder.event(&regarding, EventType::Normal, "Synced", "Sync", "ok");
 

@@ -5,9 +5,12 @@
 //! `reportingInstance`). Each [`Recorder::event`] says that the controller took an `action`
 //! on the `regarding` object, for a `reason`, with a human-readable `note`. A repeat of the
 //! same event (same object, type, reason, action and note) within six minutes of the last
-//! one does not make a new Event object: it raises the first one's `series.count` and
-//! `series.lastObservedTime`, so a controller stuck in a failing loop leaves one Event with
-//! a count, not thousands of objects.
+//! one does not make a new Event object: it joins the first one's series, so a controller
+//! stuck in a failing loop leaves one Event with a count, not thousands of objects. The
+//! first repeat is written at once (`series.count` 2); later ones are counted in memory and
+//! written at most once per [`SERIES_FLUSH_INTERVAL`], so a busy series costs the API server
+//! one write per interval, not one per occurrence. [`Recorder::flush`] writes what is
+//! pending now.
 //!
 //! Recording must never fail a reconcile. [`Recorder::event`] returns the error for callers
 //! that want it; [`Recorder::publish`] sends from a spawned task and only logs a failure.
@@ -36,14 +39,16 @@
 //! # Implementation Details
 //!
 //! client-go's events broadcaster (`tools/events`) keeps, per isomorphic event, the Event it
-//! created; a repeat sets `series` (count 2 on the first repeat) and patches it, and a
-//! background loop ends series idle for six minutes (`finishTime`) and refreshes live ones
-//! every thirty. This recorder keeps the same cache but writes every repeat at once (a
-//! merge patch of `series`), so the count on the server is always exact, and it needs no
-//! background task: a series ends when a repeat finds it idle for six minutes or more.
+//! created; the first repeat sets `series` (count 2) and patches it, later repeats only
+//! update its cache, and a background loop refreshes live series every thirty minutes and
+//! ends those idle for six. This recorder keeps the same cache and the same first two
+//! writes, and needs no background loop: the first repeat that finds the series written
+//! less than [`SERIES_FLUSH_INTERVAL`] ago spawns one task that sleeps until the interval
+//! is up and writes the count reached by then; a series ends when a repeat finds it idle
+//! for six minutes or more.
 //!
 //! The cache maps each isomorphic key to a slot holding the series' Event name, namespace,
-//! count and last observation. A slot's async mutex is held across its write, so the
+//! count, the count last written, and its last observation. A slot's async mutex is held across its write, so the
 //! writes of one series happen one at a time and in order, while other series proceed.
 //! The cache holds at most [`SERIES_CACHE_CAPACITY`] slots: when full, the least recently
 //! used quarter is dropped, and a repeat of a dropped event starts a new Event object.
@@ -70,6 +75,10 @@ use crate::client::{self, Api, Client, Patch, PatchParams, PostParams};
 /// A repeat this soon after the last occurrence joins its series; a later one starts a new
 /// Event (client-go's `finishTime`).
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+
+/// A series' repeats after the first are written at most this often (the first repeat is
+/// written at once); the count in between waits in memory.
+pub const SERIES_FLUSH_INTERVAL: Duration = Duration::from_secs(30);
 
 /// How many series the recorder remembers at most.
 pub const SERIES_CACHE_CAPACITY: usize = 4096;
@@ -173,6 +182,7 @@ struct Inner {
     client: Client,
     reporting_controller: String,
     reporting_instance: String,
+    flush_interval: Duration,
     series: Mutex<SeriesCache>,
 }
 
@@ -211,9 +221,26 @@ impl Recorder {
                 client,
                 reporting_controller: reporting_controller.to_owned(),
                 reporting_instance: reporting_instance.to_owned(),
+                flush_interval: SERIES_FLUSH_INTERVAL,
                 series: Mutex::new(SeriesCache::new(SERIES_CACHE_CAPACITY)),
             }),
         })
+    }
+
+    /// The same recorder writing a series' repeats at most once per `interval` instead of
+    /// [`SERIES_FLUSH_INTERVAL`]; `Duration::ZERO` writes every repeat at once. Call it
+    /// before recording: the returned recorder starts with no series.
+    pub fn with_flush_interval(self, interval: Duration) -> Recorder {
+        let inner = &self.inner;
+        Recorder {
+            inner: Arc::new(Inner {
+                client: inner.client.clone(),
+                reporting_controller: inner.reporting_controller.clone(),
+                reporting_instance: inner.reporting_instance.clone(),
+                flush_interval: interval,
+                series: Mutex::new(SeriesCache::new(SERIES_CACHE_CAPACITY)),
+            }),
+        }
     }
 
     /// The `reportingController` of every event.
@@ -230,13 +257,15 @@ impl Recorder {
     /// (e.g. `Scaled`, UpperCamelCase by convention), explained by `note` (cut to 1 KiB).
     ///
     /// The Event goes to `regarding`'s namespace, or `default` for a cluster-scoped object.
-    /// A repeat within [`SERIES_WINDOW`] of the last occurrence patches the first Event's
-    /// series instead of creating another (see the module docs).
+    /// A repeat within [`SERIES_WINDOW`] of the last occurrence joins the first Event's
+    /// series instead of creating another; its count is written at once for the first
+    /// repeat, and at most once per flush interval after that (see the module docs).
     ///
     /// # Errors
     ///
     /// [`Error::Invalid`] before any request if `regarding` has no name or `reason` or
-    /// `action` is empty or longer than 128 bytes; [`Error::Client`] if the write fails.
+    /// `action` is empty or longer than 128 bytes; [`Error::Client`] if the write fails. A
+    /// deferred write's failure is logged at `warn`.
     ///
     /// # Cancel safety
     ///
@@ -283,14 +312,17 @@ impl Recorder {
         if let Some(s) = series.as_mut().filter(|s| s.continues_at(now)) {
             s.count += 1;
             s.last_observed = now;
-            let patch = json!({
-                "series": { "count": s.count, "lastObservedTime": micro_time_now() }
-            });
-            match events
-                .patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => return Ok(()),
+            s.observed_at = micro_time_now();
+            let due = s.last_write + self.inner.flush_interval;
+            if s.written >= 2 && now < due {
+                if !s.flush_pending {
+                    s.flush_pending = true;
+                    self.flush_at(slot.clone(), due);
+                }
+                return Ok(());
+            }
+            match write_series(&events, s).await {
+                Ok(()) => return Ok(()),
                 // Gone (deleted, or past the server's TTL): start a new series below.
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
@@ -318,10 +350,67 @@ impl Recorder {
         events.create(&PostParams::default(), &event).await?;
         *series = Some(Series {
             name: event_name,
+            namespace: events.namespace().unwrap_or_default().to_owned(),
             count: 1,
+            written: 1,
             last_observed: now,
+            observed_at: micro_time_now(),
+            last_write: now,
+            flush_pending: false,
         });
         Ok(())
+    }
+
+    /// Writes every series' count that is still waiting for its flush interval, now: for a
+    /// controller about to stop, or a test that reads the counts.
+    ///
+    /// # Errors
+    ///
+    /// The first write that failed; the others are still tried.
+    pub async fn flush(&self) -> Result<()> {
+        let slots: Vec<Slot> = self.inner.series.lock().slots();
+        let mut first_error = None;
+        for slot in slots {
+            let mut series = slot.lock().await;
+            let Some(s) = series.as_mut().filter(|s| s.count > s.written) else {
+                continue;
+            };
+            let events: Api<Event> = Api::namespaced(self.inner.client.clone(), &s.namespace);
+            match write_series(&events, s).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => *series = None,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), |e| Err(e.into()))
+    }
+
+    /// Spawns the task that writes `slot`'s series count at `due`.
+    fn flush_at(&self, slot: Slot, due: Instant) {
+        let client = self.inner.client.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(due).await;
+            let mut series = slot.lock().await;
+            let Some(s) = series.as_mut() else { return };
+            s.flush_pending = false;
+            if s.count <= s.written {
+                return;
+            }
+            let events: Api<Event> = Api::namespaced(client, &s.namespace);
+            match write_series(&events, s).await {
+                Ok(()) => {}
+                // Gone: the next occurrence starts a new series.
+                Err(e) if e.is_not_found() => *series = None,
+                Err(error) => tracing::warn!(
+                    %error,
+                    event = s.name,
+                    count = s.count,
+                    "could not write an event series' count"
+                ),
+            }
+        });
     }
 
     /// Records an event as [`Recorder::event`] does, from a spawned task, logging a failure
@@ -365,6 +454,19 @@ impl Recorder {
     }
 }
 
+/// Writes `s`'s count and last observation to its Event.
+async fn write_series(events: &Api<Event>, s: &mut Series) -> client::Result<()> {
+    let patch = json!({
+        "series": { "count": s.count, "lastObservedTime": s.observed_at }
+    });
+    events
+        .patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    s.written = s.count;
+    s.last_write = Instant::now();
+    Ok(())
+}
+
 // === series cache ===
 
 /// What makes two events the same, so that the second joins the first's series.
@@ -394,12 +496,22 @@ fn regarding_key(r: &ObjectReference) -> String {
 /// The Event written for a series, and how far the series has got.
 #[derive(Debug)]
 struct Series {
-    /// The Event's name (in the event's namespace, which the key fixes).
+    /// The Event's name.
     name: String,
+    /// The Event's namespace.
+    namespace: String,
     /// Occurrences so far; the Event's `series.count` once above 1.
     count: i32,
+    /// The count the server has. Invariant: `written <= count`.
+    written: i32,
     /// When the last occurrence was recorded.
     last_observed: Instant,
+    /// The same, on the wall clock, for `series.lastObservedTime`.
+    observed_at: MicroTime,
+    /// When the count was last written.
+    last_write: Instant,
+    /// Whether a task will write the count when the flush interval is up.
+    flush_pending: bool,
 }
 
 impl Series {
@@ -444,6 +556,11 @@ impl SeriesCache {
         let slot = Slot::default();
         self.slots.insert(key, (slot.clone(), tick));
         slot
+    }
+
+    /// Every remembered slot.
+    fn slots(&self) -> Vec<Slot> {
+        self.slots.values().map(|(slot, _)| slot.clone()).collect()
     }
 
     /// Drops the least recently used quarter (at least one slot). Ticks are distinct, so
@@ -697,8 +814,13 @@ mod tests {
     async fn a_series_continues_for_six_minutes_after_its_last_occurrence() {
         let series = Series {
             name: "web.1".into(),
+            namespace: "shop".into(),
             count: 3,
+            written: 3,
             last_observed: Instant::now(),
+            observed_at: micro_time_now(),
+            last_write: Instant::now(),
+            flush_pending: false,
         };
         tokio::time::advance(SERIES_WINDOW - Duration::from_millis(1)).await;
         assert!(series.continues_at(Instant::now()));

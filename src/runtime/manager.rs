@@ -133,6 +133,9 @@ pub struct Manager {
     shared: Arc<Shared>,
 }
 
+/// How long a stopping manager tries to write the event counts its recorders hold.
+const EVENT_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
 struct Shared {
     client: Client,
     cache: Cache,
@@ -143,6 +146,8 @@ struct Shared {
     /// The addresses the servers bound, once bound.
     bound: watch::Sender<Bound>,
     state: Mutex<State>,
+    /// The recorders handed out, flushed once the reconciles have stopped.
+    recorders: Mutex<Vec<Recorder>>,
 }
 
 /// Where the servers listen, once they do.
@@ -233,6 +238,7 @@ impl Manager {
                 readyz,
                 bound: watch::Sender::new(Bound::default()),
                 state: Mutex::new(State::default()),
+                recorders: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -265,13 +271,16 @@ impl Manager {
     }
 
     /// An event recorder reporting as `controller` (e.g. `memcached-controller`), with
-    /// `<controller>-<hostname>` as its instance.
+    /// `<controller>-<hostname>` as its instance. Series counts it still holds when the
+    /// manager stops are written once the reconciles have finished.
     ///
     /// # Errors
     ///
     /// If `controller` is not a valid reporting controller name.
     pub fn event_recorder(&self, controller: &str) -> Result<Recorder, super::events::Error> {
-        Recorder::new(self.client(), controller, &default_instance(controller))
+        let recorder = Recorder::new(self.client(), controller, &default_instance(controller))?;
+        self.shared.recorders.lock().push(recorder.clone());
+        Ok(recorder)
     }
 
     /// Adds a liveness check served on `/healthz` (a `ping` check is there already).
@@ -589,6 +598,7 @@ impl Manager {
         tracing::info!("stopping: waiting for reconciles in flight to finish");
         let _ = stop_runnables.send(true);
         let drained = self.drain(running).await;
+        self.flush_events().await;
         let _ = stop_election.send(true);
         while election.join_next().await.is_some() {}
         drained
@@ -605,6 +615,24 @@ impl Manager {
             self.shared.bound.send_modify(|b| b.done = true);
             ManagerError::Bind { what, addr, source }
         })
+    }
+
+    /// Writes the series counts the recorders still hold, giving up after a few seconds.
+    async fn flush_events(&self) {
+        let recorders = self.shared.recorders.lock().clone();
+        for recorder in recorders {
+            let controller = recorder.reporting_controller();
+            match tokio::time::timeout(EVENT_FLUSH_TIMEOUT, recorder.flush()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, controller, "could not write pending event counts");
+                }
+                Err(_) => tracing::warn!(
+                    controller,
+                    "gave up writing pending event counts after {EVENT_FLUSH_TIMEOUT:?}"
+                ),
+            }
+        }
     }
 
     /// Waits for `running` to finish, within the graceful shutdown timeout.
