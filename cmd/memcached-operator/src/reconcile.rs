@@ -13,14 +13,17 @@
 //!
 //! Reads come from the manager's cache; writes go to the API server. Finalizer writes carry
 //! the resourceVersion they were computed from, so a stale read fails with 409 and is
-//! retried with backoff instead of losing someone else's change; the Deployment is written by
-//! server-side apply, which needs no read-modify-write; the status is written through its
-//! subresource. A pass that changes nothing writes nothing, so the loop settles.
+//! retried with backoff instead of losing someone else's change. A scale, the usual change,
+//! updates the cached Deployment with the new replicas (the cheapest write for the API
+//! server), carrying its resourceVersion; when the cache was behind, a merge patch of the
+//! replicas alone follows at once. Any other change to the Deployment is a server-side
+//! apply, which needs no read-modify-write. The status is written through its subresource.
+//! A pass that changes nothing writes nothing, so the loop settles.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use controller_runtime::client::{Api, Client, Patch, PatchParams};
+use controller_runtime::client::{Api, Client, Patch, PatchParams, PostParams};
 use controller_runtime::runtime::events::{EventType, Recorder, object_reference};
 use controller_runtime::runtime::finalizer::has_finalizer;
 use controller_runtime::runtime::owner::controller_reference;
@@ -100,7 +103,7 @@ pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, 
         Some(have) if !differs(have, &want) => have.clone(),
         have => {
             let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), ns);
-            match ops::apply(&deployments, &want, FIELD_MANAGER).await {
+            match write_deployment(&deployments, have, &want).await {
                 Ok(written) => {
                     announce(&ctx, &mc, have, &want);
                     written
@@ -253,6 +256,47 @@ fn differs(have: &Deployment, want: &Deployment) -> bool {
         || ports(&h) != ports(&w)
         || have.metadata.labels != want.metadata.labels
         || have.metadata.owner_references != want.metadata.owner_references
+}
+
+/// Writes the Deployment (see the [module docs](self)): a scale alone is an update of the
+/// cached Deployment, as the Go sample writes it, or a merge patch of `spec.replicas` if
+/// the update meets a newer version (409); anything else, or a Deployment not there yet, is
+/// a server-side apply of the whole of `want`.
+///
+/// # Errors
+///
+/// The write the API server refused.
+pub async fn write_deployment(
+    api: &Api<Deployment>,
+    have: Option<&Deployment>,
+    want: &Deployment,
+) -> Result<Deployment, ops::Error> {
+    let replicas = want.spec.as_ref().and_then(|s| s.replicas);
+    let Some(mut scaled) = have.cloned() else {
+        return ops::apply(api, want, FIELD_MANAGER).await;
+    };
+    if let Some(spec) = scaled.spec.as_mut() {
+        spec.replicas = replicas;
+    }
+    if differs(&scaled, want) {
+        return ops::apply(api, want, FIELD_MANAGER).await;
+    }
+    let name = want.metadata.name.as_deref().unwrap_or_default();
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    };
+    match api.replace(name, &params, &scaled).await {
+        Err(e) if e.is_conflict() => {
+            let patch = serde_json::json!({ "spec": { "replicas": replicas } });
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            Ok(api.patch(name, &params, &Patch::Merge(patch)).await?)
+        }
+        written => Ok(written?),
+    }
 }
 
 /// Records what a write of the Deployment did.

@@ -37,9 +37,14 @@ const MANAGER_RULES: &[(&str, &str, &[&str])] = &[
     ),
     // The status is written by merge patch through the subresource.
     ("cache.example.com", "memcacheds/status", &["patch"]),
-    // Its cache lists and watches them; server-side apply is a patch, and one that creates
-    // the Deployment is authorized as a create as well.
-    ("apps", "deployments", &["create", "list", "patch", "watch"]),
+    // Its cache lists and watches them; a scale is an update (or a merge patch when the
+    // cache was behind); server-side apply is a patch, and one that creates the Deployment
+    // is authorized as a create as well.
+    (
+        "apps",
+        "deployments",
+        &["create", "list", "patch", "update", "watch"],
+    ),
     // Its cache lists and watches the memcached Pods, for the status's Pod names.
     ("", "pods", &["list", "watch"]),
     // Events are created, and a repeated one is patched (its series count).

@@ -12,7 +12,7 @@ use controller_runtime::runtime::{CacheOptions, Manager, ManagerOptions};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
 use memcached_operator::api::{Memcached, MemcachedSpec, condition};
-use memcached_operator::reconcile::FINALIZER;
+use memcached_operator::reconcile::{FINALIZER, deployment_for, write_deployment};
 use support::cluster::{self, create_namespace};
 use support::{CONVERGE, wait_until};
 
@@ -270,4 +270,65 @@ async fn a_memcached_gets_its_deployment_follows_its_size_and_goes_with_its_dele
         .unwrap()
         .unwrap();
     cluster::delete_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_scale_from_a_stale_cache_keeps_the_newer_change_and_sets_the_replicas() {
+    let client = cluster::client();
+    memcached_operator::install_crd(&client, CONVERGE)
+        .await
+        .unwrap();
+    let ns = create_namespace(&client, "mc-op-stale").await;
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
+    let mut mc = Memcached::new(
+        "cache",
+        MemcachedSpec {
+            size: Some(0),
+            container_port: 11211,
+            image: None,
+        },
+    );
+    mc.metadata.namespace = Some(ns.clone());
+    let mc = Api::<Memcached>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &mc)
+        .await
+        .unwrap();
+    let want = deployment_for(&mc, memcached_operator::DEFAULT_IMAGE).unwrap();
+    let first = write_deployment(&deployments, None, &want).await.unwrap();
+
+    // Someone else changes the Deployment after the cache's copy (`first`) was taken.
+    let noted = serde_json::json!({"metadata": {"annotations": {"noted": "by-hand"}}});
+    deployments
+        .patch("cache", &PatchParams::default(), &Patch::Merge(&noted))
+        .await
+        .unwrap();
+
+    // The update from the stale copy meets 409; the replicas still land, the note stays.
+    let mut scaled = want.clone();
+    scaled.spec.as_mut().unwrap().replicas = Some(2);
+    let written = write_deployment(&deployments, Some(&first), &scaled)
+        .await
+        .unwrap();
+    assert_eq!(replicas(&written), Some(2));
+    let now = deployments.get("cache").await.unwrap();
+    assert_eq!(replicas(&now), Some(2));
+    let annotations = now.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get("noted").map(String::as_str),
+        Some("by-hand")
+    );
+
+    // From a fresh copy the scale lands as well.
+    let mut back = want.clone();
+    back.spec.as_mut().unwrap().replicas = Some(1);
+    let written = write_deployment(&deployments, Some(&now), &back)
+        .await
+        .unwrap();
+    assert_eq!(replicas(&written), Some(1));
+    assert_ne!(
+        written.metadata.resource_version,
+        now.metadata.resource_version
+    );
+    support::cluster::delete_namespace(&client, &ns).await;
 }

@@ -44,7 +44,8 @@ const (
 //  2. one without the finalizer gets it (a merge patch carrying the resourceVersion), and
 //     the pass ends;
 //  3. the Deployment is compared with what the spec asks (replicas, image, port, labels,
-//     owner) and server-side applied when it differs, with an event;
+//     owner) and written when it differs, with an event: a scale alone is an update of the
+//     cached Deployment, anything else a server-side apply;
 //  4. the status (conditions, observedGeneration, the Pods' names, ready replicas) is
 //     computed from the Deployment and the cached Pods and merge-patched through the status
 //     subresource when it changed.
@@ -113,8 +114,8 @@ func (r *memcachedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		ready = have.Status.ReadyReplicas
 	}
 	if have == nil || differs(have, mc, image) {
-		want := deploymentFor(mc, image)
-		if err := r.Apply(ctx, want, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		written, err := r.writeDeployment(ctx, mc, have, image)
+		if err != nil {
 			r.recorder.Eventf(mc, nil, corev1.EventTypeWarning, "FailedWrite", "ApplyDeployment",
 				"Failed to write Deployment %s/%s: %v", mc.Namespace, mc.Name, err)
 			status := statusFor(mc, ready, nil, &fault{conditionDegraded, true, "DeploymentWriteFailed", err.Error()})
@@ -124,11 +125,7 @@ func (r *memcachedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			return ctrl.Result{}, err
 		}
 		r.announce(ctx, mc, have)
-		if want.Status != nil && want.Status.ReadyReplicas != nil {
-			ready = *want.Status.ReadyReplicas
-		} else {
-			ready = 0
-		}
+		ready = written
 	}
 
 	// 4. The status, from what runs.
@@ -145,6 +142,35 @@ func (r *memcachedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	slices.Sort(nodes)
 	return ctrl.Result{}, r.writeStatus(ctx, mc, statusFor(mc, ready, nodes, nil))
+}
+
+// writeDeployment writes the Deployment as ours does and returns its ready replicas. A scale
+// alone is an update of the cached Deployment with the new replicas, as the kubebuilder sample
+// writes it, carrying the cached resourceVersion; on a conflict (the cache was behind) a merge
+// patch of spec.replicas alone does it instead. Anything else, or a Deployment not there yet,
+// is a server-side apply.
+func (r *memcachedReconciler) writeDeployment(ctx context.Context, mc *Memcached, have *appsv1.Deployment, image string) (int32, error) {
+	if have != nil {
+		scaled := have.DeepCopy()
+		scaled.Spec.Replicas = new(mc.Spec.size())
+		if !differs(scaled, mc, image) {
+			err := r.Update(ctx, scaled, client.FieldOwner(fieldManager))
+			if apierrors.IsConflict(err) {
+				scaled = have.DeepCopy()
+				patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, mc.Spec.size())
+				err = r.Patch(ctx, scaled, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager))
+			}
+			return scaled.Status.ReadyReplicas, err
+		}
+	}
+	want := deploymentFor(mc, image)
+	if err := r.Apply(ctx, want, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		return 0, err
+	}
+	if want.Status != nil && want.Status.ReadyReplicas != nil {
+		return *want.Status.ReadyReplicas, nil
+	}
+	return 0, nil
 }
 
 // podOwner maps a memcached Pod to the Memcached named by its instance label.
