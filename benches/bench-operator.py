@@ -4,26 +4,30 @@
 Builds our operator (cmd/memcached-operator), the driver (cmd/operator-bench), both release,
 and the Go peer (benches/clientgo/cmd/operator-peer: the same operator on controller-runtime
 v0.24.1), makes sure the real local cluster is up (`make cluster`, which leaves a running
-cluster alone), installs the Memcached CRD (`operator-bench install-crd`), then runs the two
-operators alternately for several rounds (ours first in odd rounds, controller-runtime first
-in even ones). One run of one operator, each step done by the same driver for both:
+cluster alone), installs the Memcached CRD (`operator-bench install-crd`), then runs
+rounds. In each round both operators run, each with its own namespace, every step done by
+the same driver for both; ours goes first in odd rounds, controller-runtime in even ones:
 
-1. a fresh namespace with one Memcached (size 1) is created and watched (`operator-bench
-   start`); the operator process is spawned (metrics and probes on 127.0.0.1, free ports;
-   the cache limited to the namespace); **start** is the time from spawning it to its
-   Deployment appearing in the watch (the first reconciles' visible effect); the driver then
-   waits until the resource has converged (see `converged` in cmd/operator-bench);
+1. for each operator in turn, a fresh namespace with one Memcached (size 1) is created and
+   watched (`operator-bench start`); the operator process is spawned (metrics and probes on
+   127.0.0.1, free ports; the cache limited to the namespace); **start** is the time from
+   spawning it to its Deployment appearing in the watch (the first reconciles' visible
+   effect); the driver then waits until the resource has converged (see `converged` in
+   cmd/operator-bench);
 2. /metrics and /readyz are checked to answer 200; after a settle, **resident memory idle**
    (VmRSS from /proc/<pid>/status);
-3. **patch latency**: 200 merge patches of spec.size alternating 1 and 2, each timed from
-   just before the patch is sent to the Deployment watch event showing the new replicas; the
-   next patch waits until the resource's status has observed the previous generation;
-4. 1,000 more Memcached resources (--size, default 1: a Pod each) are created and waited for until
-   every one has converged; after a settle, **resident memory with 1,000 CRs** (VmRSS, and
-   the peak VmHWM);
-5. the operator is stopped by its pid (SIGTERM), the driver removes every resource's finalizer
-   and deletes the namespace, and waits until it has gone (not timed against anything: only
-   so that the next run starts on a quiet cluster).
+3. **patch latency**, both operators running: 200 merge patches of each resource's
+   spec.size alternating 1 and 2, the two resources taking turns one patch at a time (the
+   first to go changing every time), so that both meet the same cluster and machine load;
+   each is timed from just before the patch is sent to the Deployment watch event showing
+   the new replicas, and the next patch waits until that resource's status has observed the
+   previous generation;
+4. for each operator in turn, 1,000 more Memcached resources (--size, default 1: a Pod each)
+   are created and waited for until every one has converged; after a settle, **resident
+   memory with 1,000 CRs** (VmRSS, and the peak VmHWM);
+5. that operator is stopped by its pid (SIGTERM), the driver removes every resource's
+   finalizer and deletes the namespace, and waits until it has gone (not timed against
+   anything: only so that the next step starts on a quiet cluster).
 
 Medians over the rounds, a table, target lines, and the last line is exactly
 
@@ -89,8 +93,8 @@ def ensure_cluster():
                    stdout=sys.stderr)
 
 
-def driver(opts, ns, *args, step, timeout=900):
-    """Runs one driver subcommand to its end; returns its last JSON line."""
+def driver_lines(opts, ns, *args, step, timeout=900):
+    """Runs one driver subcommand to its end; returns its JSON lines."""
     cmd = [DRIVER, "--kubeconfig", opts.kubeconfig, "--namespace", ns, *args]
     try:
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=timeout)
@@ -99,8 +103,13 @@ def driver(opts, ns, *args, step, timeout=900):
     if done.returncode != 0:
         raise StepFailed(f"{step}: operator-bench {' '.join(args)} exited {done.returncode} "
                          "(its error is above)")
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    return json.loads(lines[-1]) if lines else {}
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def driver(opts, ns, *args, step, timeout=900):
+    """Runs one driver subcommand to its end; returns its last JSON line."""
+    lines = driver_lines(opts, ns, *args, step=step, timeout=timeout)
+    return lines[-1] if lines else {}
 
 
 def free_port():
@@ -153,102 +162,127 @@ def stop(proc):
             proc.wait()
 
 
-def run(name, rnd, opts):
-    """One run of one operator; its record."""
-    ns = f"bench-operator-r{rnd}-{'ours' if name == 'ours' else 'cr'}"
-    rec = {"impl": name, "round": rnd, "namespace": ns, "crs": opts.crs, "size": opts.size}
-    os.makedirs(os.path.join(OUT_DIR, "logs"), exist_ok=True)
-    log_path = os.path.join(OUT_DIR, "logs", f"{name.replace('/', '-')}-round{rnd}.log")
-    proc = None
-    step = "start"
-    try:
-        with open(log_path, "w") as log_file:
-            # 1. One resource, watched; then the operator.
-            watcher = subprocess.Popen(
-                [DRIVER, "--kubeconfig", opts.kubeconfig, "--namespace", ns, "start"],
-                stdout=subprocess.PIPE, text=True)
-            first = watcher.stdout.readline()
-            if not first or json.loads(first).get("event") != "watching":
-                watcher.wait()
-                raise StepFailed("start: the driver could not create and watch the first "
-                                 "Memcached (its error is above)")
-            metrics, probes = free_port(), free_port()
-            cmd = operator_command(name, opts, ns, metrics, probes)
+class Run:
+    """One operator in one round: its namespace, process and record."""
+
+    def __init__(self, name, rnd, opts):
+        self.name, self.opts = name, opts
+        self.ns = f"bench-operator-r{rnd}-{'ours' if name == 'ours' else 'cr'}"
+        self.rec = {"impl": name, "round": rnd, "namespace": self.ns, "crs": opts.crs,
+                    "size": opts.size}
+        os.makedirs(os.path.join(OUT_DIR, "logs"), exist_ok=True)
+        self.log_path = os.path.join(OUT_DIR, "logs", f"{name}-round{rnd}.log")
+        self.proc = None
+        self.done = False
+
+    def start(self):
+        """1. One resource, watched; then the operator; start; 2. probes, memory idle."""
+        opts, rec = self.opts, self.rec
+        step = "start"
+        watcher = subprocess.Popen(
+            [DRIVER, "--kubeconfig", opts.kubeconfig, "--namespace", self.ns, "start"],
+            stdout=subprocess.PIPE, text=True)
+        first = watcher.stdout.readline()
+        if not first or json.loads(first).get("event") != "watching":
+            watcher.wait()
+            raise StepFailed("start: the driver could not create and watch the first "
+                             "Memcached (its error is above)")
+        metrics, probes = free_port(), free_port()
+        cmd = operator_command(self.name, opts, self.ns, metrics, probes)
+        with open(self.log_path, "w") as log_file:
             spawned = time.time()
-            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
-            events = {}
-            for line in watcher.stdout:
-                if line.strip():
-                    msg = json.loads(line)
-                    events[msg["event"]] = msg
-            if watcher.wait() != 0 or "converged" not in events:
-                exited = "" if proc.poll() is None else f"; the operator exited ({proc.returncode})"
-                raise StepFailed(f"start: the first Memcached did not converge under {name} "
-                                 f"(driver exit {watcher.returncode}{exited}; operator log "
-                                 f"{log_path})")
-            rec["start_secs"] = events["deployment"]["unix_secs"] - spawned
-            rec["first_converged_secs"] = events["converged"]["unix_secs"] - spawned
-            log(f"bench-operator:   start {rec['start_secs'] * 1e3:.0f} ms "
-                f"(converged at {rec['first_converged_secs'] * 1e3:.0f} ms)")
+            self.proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+        events = {}
+        for line in watcher.stdout:
+            if line.strip():
+                msg = json.loads(line)
+                events[msg["event"]] = msg
+        if watcher.wait() != 0 or "converged" not in events:
+            exited = "" if self.proc.poll() is None else f"; the operator exited ({self.proc.returncode})"
+            raise StepFailed(f"{step}: the first Memcached did not converge under {self.name} "
+                             f"(driver exit {watcher.returncode}{exited}; operator log "
+                             f"{self.log_path})")
+        rec["start_secs"] = events["deployment"]["unix_secs"] - spawned
+        rec["first_converged_secs"] = events["converged"]["unix_secs"] - spawned
+        log(f"bench-operator:   {self.name}: start {rec['start_secs'] * 1e3:.0f} ms "
+            f"(converged at {rec['first_converged_secs'] * 1e3:.0f} ms)")
 
-            # 2. Metrics and probes answer; memory idle.
-            step = "metrics and probes"
-            for url in (f"http://127.0.0.1:{metrics}/metrics",
-                        f"http://127.0.0.1:{probes}/readyz",
-                        f"http://127.0.0.1:{probes}/healthz"):
-                if not http_ok(url):
-                    raise StepFailed(f"{step}: {url} did not answer 200")
-            step = "memory idle"
-            time.sleep(opts.settle)
-            alive(proc, step)
-            memory = memory_of(proc.pid)
-            rec["rss_idle_bytes"] = memory["VmRSS"]
-            rec["anon_idle_bytes"] = memory["RssAnon"]
-            rec["file_idle_bytes"] = memory["RssFile"]
+        step = "metrics and probes"
+        for url in (f"http://127.0.0.1:{metrics}/metrics",
+                    f"http://127.0.0.1:{probes}/readyz",
+                    f"http://127.0.0.1:{probes}/healthz"):
+            if not http_ok(url):
+                raise StepFailed(f"{step}: {url} did not answer 200")
+        step = "memory idle"
+        time.sleep(opts.settle)
+        alive(self.proc, step)
+        memory = memory_of(self.proc.pid)
+        rec["rss_idle_bytes"] = memory["VmRSS"]
+        rec["anon_idle_bytes"] = memory["RssAnon"]
+        rec["file_idle_bytes"] = memory["RssFile"]
 
-            # 3. Patch latency.
-            step = "patch latency"
-            latency = driver(opts, ns, "patch-latency", "--count", str(opts.patches),
-                             step=step)
-            rec.update({k: v for k, v in latency.items() if k != "event"})
-            log(f"bench-operator:   patch → Deployment p50 {rec['p50_ms']:.1f} ms, "
-                f"p99 {rec['p99_ms']:.1f} ms, max {rec['max_ms']:.1f} ms")
+    def grow(self):
+        """4. A thousand resources, memory with them; 5. stop and clean up."""
+        opts, rec = self.opts, self.rec
+        step = f"seeding {opts.crs} Memcached resources"
+        seeded = driver(opts, self.ns, "seed", "--count", str(opts.crs), "--size",
+                        str(opts.size), step=step)
+        rec["seed_secs"] = seeded["secs"]
+        step = f"waiting for {opts.crs + 1} Memcached resources to converge"
+        converged = driver(opts, self.ns, "wait-converged", "--count", str(opts.crs + 1),
+                           "--timeout-secs", str(opts.converge_timeout), step=step)
+        rec["converge_secs"] = seeded["secs"] + converged["secs"]
+        step = "memory with the resources"
+        time.sleep(opts.settle)
+        alive(self.proc, step)
+        memory = memory_of(self.proc.pid)
+        rec["rss_bytes"], rec["hwm_bytes"] = memory["VmRSS"], memory["VmHWM"]
+        rec["anon_bytes"], rec["file_bytes"] = memory["RssAnon"], memory["RssFile"]
+        log(f"bench-operator:   {self.name}: {opts.crs:,} more converged in "
+            f"{rec['converge_secs']:.1f} s; rss idle {mib(rec['rss_idle_bytes'])}, "
+            f"with them {mib(rec['rss_bytes'])}")
+        stop(self.proc)
+        cleaned = driver(opts, self.ns, "cleanup", "--strip-finalizers", step="cleanup")
+        rec["cleanup_secs"] = cleaned["secs"]
+        rec["cleanup_phases"] = cleaned.get("phases")
+        self.done = True
 
-            # 4. A thousand resources.
-            step = f"seeding {opts.crs} Memcached resources"
-            seeded = driver(opts, ns, "seed", "--count", str(opts.crs), "--size",
-                            str(opts.size), step=step)
-            rec["seed_secs"] = seeded["secs"]
-            step = f"waiting for {opts.crs + 1} Memcached resources to converge"
-            converged = driver(opts, ns, "wait-converged", "--count", str(opts.crs + 1),
-                               "--timeout-secs", str(opts.converge_timeout), step=step)
-            rec["converge_secs"] = seeded["secs"] + converged["secs"]
-            step = "memory with the resources"
-            time.sleep(opts.settle)
-            alive(proc, step)
-            memory = memory_of(proc.pid)
-            rec["rss_bytes"], rec["hwm_bytes"] = memory["VmRSS"], memory["VmHWM"]
-            rec["anon_bytes"], rec["file_bytes"] = memory["RssAnon"], memory["RssFile"]
-            log(f"bench-operator:   {opts.crs:,} more converged in {rec['converge_secs']:.1f} s; "
-                f"rss idle {mib(rec['rss_idle_bytes'])}, with them {mib(rec['rss_bytes'])}")
+    def abandon(self):
+        """Stops the operator; after a failure, leaves no namespace behind."""
+        if self.proc is not None:
+            stop(self.proc)
+        if not self.done:
+            subprocess.run([DRIVER, "--kubeconfig", self.opts.kubeconfig, "--namespace",
+                            self.ns, "cleanup", "--strip-finalizers"], stdout=subprocess.DEVNULL)
 
-            # 5. Everything goes: the operator stopped, the driver removes the finalizers.
-            step = "cleanup"
-            stop(proc)
-            cleaned = driver(opts, ns, "cleanup", "--strip-finalizers", step=step)
-            rec["cleanup_secs"] = cleaned["secs"]
-            rec["cleanup_phases"] = cleaned.get("phases")
-            step = None
-            return rec
+
+def run_round(rnd, order, opts):
+    """Both operators in one round; their records. Each starts alone (the other idle); their
+    size patches take turns, one at a time (3.); each then grows to its thousand resources
+    alone and is stopped."""
+    runs = [Run(name, rnd, opts) for name in order]
+    try:
+        for r in runs:
+            r.start()
+        step = "patch latency"
+        lines = driver_lines(opts, runs[0].ns, "patch-latency", "--count", str(opts.patches),
+                             "--paired-with", ",".join(r.ns for r in runs[1:]), step=step)
+        by_ns = {line.get("namespace"): line for line in lines}
+        for r in runs:
+            latency = by_ns.get(r.ns)
+            if latency is None:
+                raise StepFailed(f"{step}: the driver reported nothing for {r.ns}")
+            r.rec.update({k: v for k, v in latency.items() if k not in ("event", "namespace")})
+            log(f"bench-operator:   {r.name}: patch → Deployment p50 {r.rec['p50_ms']:.1f} ms, "
+                f"p99 {r.rec['p99_ms']:.1f} ms, max {r.rec['max_ms']:.1f} ms")
+        for r in runs:
+            r.grow()
+        return [r.rec for r in runs]
     except StepFailed as failure:
-        raise SystemExit(f"bench-operator: round {rnd}, {name}: {failure}")
+        raise SystemExit(f"bench-operator: round {rnd}: {failure}")
     finally:
-        if proc is not None:
-            stop(proc)
-        if step is not None:
-            # A step failed: leave no namespace behind (finalizers stripped: no operator).
-            subprocess.run([DRIVER, "--kubeconfig", opts.kubeconfig, "--namespace", ns,
-                            "cleanup", "--strip-finalizers"], stdout=subprocess.DEVNULL)
+        for r in runs:
+            r.abandon()
 
 
 def median(values):
@@ -317,13 +351,12 @@ def main():
     with open(os.path.join(OUT_DIR, "rounds.jsonl"), "w") as raw:
         for rnd in range(1, opts.rounds + 1):
             order = list(IMPLS) if rnd % 2 == 1 else list(reversed(IMPLS))
-            for name in order:
-                log(f"bench-operator: round {rnd}/{opts.rounds}: {name} "
-                    f"({time.time() - began:.0f} s in)")
-                rec = run(name, rnd, opts)
+            log(f"bench-operator: round {rnd}/{opts.rounds}: {' then '.join(order)} "
+                f"({time.time() - began:.0f} s in)")
+            for rec in run_round(rnd, order, opts):
                 raw.write(json.dumps(rec) + "\n")
                 raw.flush()
-                by_round[name][rnd] = rec
+                by_round[rec["impl"]][rnd] = rec
 
     def get(impl, field):
         return median([r[field] for r in by_round[impl].values() if r.get(field) is not None])

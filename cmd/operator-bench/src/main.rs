@@ -12,7 +12,9 @@
 //! * `patch-latency` — patches the resource's `spec.size` back and forth between two values;
 //!   each latency runs from just before the patch is sent to the Deployment watch event that
 //!   shows `spec.replicas` at the new size. Before the next patch it waits until the
-//!   resource's status says the operator has seen that generation.
+//!   resource's status says the operator has seen that generation. With `--paired-with`
+//!   the resources of several namespaces (each under its own operator) take turns, one
+//!   patch at a time, so every operator is measured under the same cluster load.
 //! * `seed` — creates N `Memcached` resources of one size.
 //! * `wait-converged` — waits until every `Memcached` of the namespace has converged.
 //! * `cleanup` — deletes the namespace and waits until it has gone; with
@@ -99,6 +101,12 @@ enum Command {
         /// Give up when one patch is not seen through within this many seconds.
         #[arg(long, default_value_t = 30)]
         timeout_secs: u64,
+        /// Further namespaces, each with a resource of the same name under another
+        /// operator: their patches interleave with this namespace's, one at a time, the
+        /// order turning each time, so that both operators meet the same cluster load.
+        /// One result line per namespace.
+        #[arg(long, value_delimiter = ',')]
+        paired_with: Vec<String>,
     },
     /// Create Memcached resources named PREFIX-0 … PREFIX-(COUNT-1).
     Seed {
@@ -181,14 +189,23 @@ async fn run(args: Args) -> Result<()> {
             sizes,
             gap_ms,
             timeout_secs,
+            paired_with,
         } => {
             ensure!(
                 sizes.len() == 2 && sizes[0] != sizes[1],
                 "--sizes needs two different sizes"
             );
-            let gap = Duration::from_millis(gap_ms);
-            let sizes = (sizes[0], sizes[1]);
-            patch_latency(&client, ns, &name, count, sizes, gap, secs(timeout_secs)).await
+            let namespaces: Vec<&str> = [ns]
+                .into_iter()
+                .chain(paired_with.iter().map(String::as_str))
+                .collect();
+            let run = LatencyRun {
+                count,
+                sizes: (sizes[0], sizes[1]),
+                gap: Duration::from_millis(gap_ms),
+                timeout: secs(timeout_secs),
+            };
+            patch_latency(&client, &namespaces, &name, &run).await
         }
         Command::Seed {
             count,
@@ -282,73 +299,133 @@ async fn start(client: &Client, ns: &str, name: &str, size: i32, timeout: Durati
 
 // === patch-latency ===
 
-async fn patch_latency(
-    client: &Client,
-    ns: &str,
-    name: &str,
+/// What one `patch-latency` run does.
+struct LatencyRun {
     count: usize,
     sizes: (i32, i32),
     gap: Duration,
     timeout: Duration,
+}
+
+/// Patches the resource `name` of each namespace `count` times, one patch at a time: with
+/// several namespaces they take turns, the first to go changing every time. Emits one result
+/// per namespace, in the order given.
+async fn patch_latency(
+    client: &Client,
+    namespaces: &[&str],
+    name: &str,
+    run: &LatencyRun,
 ) -> Result<()> {
-    let api = memcacheds(client, ns);
-    let by_name = format!("metadata.name={name}");
-    let mut watch = Watched::start(client, ns, Some(&by_name)).await?;
-    let mut size = api.get(name).await?.spec.size();
-    let mut latencies = Vec::with_capacity(count);
-    // The patch request alone, answered by the API server: the floor under each latency.
-    let mut round_trips = Vec::with_capacity(count);
-    for i in 0..count {
-        let next = if size == sizes.0 { sizes.1 } else { sizes.0 };
+    let mut targets = Vec::with_capacity(namespaces.len());
+    for ns in namespaces {
+        targets.push(Target::start(client, ns, name).await?);
+    }
+    for i in 0..run.count {
+        for t in 0..targets.len() {
+            let target = &mut targets[(t + i) % namespaces.len()];
+            target.patch_once(i, run).await?;
+            if !run.gap.is_zero() {
+                tokio::time::sleep(run.gap).await;
+            }
+        }
+    }
+    for target in targets {
+        target.emit();
+    }
+    Ok(())
+}
+
+/// One resource whose patches are timed.
+struct Target {
+    api: Api<Memcached>,
+    namespace: String,
+    name: String,
+    watch: Watched,
+    size: i32,
+    /// From each patch sent to its Deployment watch event.
+    latencies: Vec<Duration>,
+    /// The patch request alone, answered by the API server: the floor under each latency.
+    round_trips: Vec<Duration>,
+}
+
+impl Target {
+    async fn start(client: &Client, ns: &str, name: &str) -> Result<Target> {
+        let api = memcacheds(client, ns);
+        let by_name = format!("metadata.name={name}");
+        let watch = Watched::start(client, ns, Some(&by_name)).await?;
+        let size = api.get(name).await?.spec.size();
+        Ok(Target {
+            api,
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            watch,
+            size,
+            latencies: Vec::new(),
+            round_trips: Vec::new(),
+        })
+    }
+
+    /// Patch `i`: sets the other size, times it to the Deployment, then waits for the
+    /// operator's status to observe it.
+    async fn patch_once(&mut self, i: usize, run: &LatencyRun) -> Result<()> {
+        let (ns, name) = (&self.namespace, &self.name);
+        let next = if self.size == run.sizes.0 {
+            run.sizes.1
+        } else {
+            run.sizes.0
+        };
         let patch = json!({"spec": {"size": next}});
         let sent = Instant::now();
-        let patched = api
+        let patched = self
+            .api
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .with_context(|| format!("patch {i}: setting the size of {ns}/{name} to {next}"))?;
-        round_trips.push(sent.elapsed());
+        self.round_trips.push(sent.elapsed());
         let generation = patched.metadata.generation.unwrap_or_default();
-        let deadline = sent + timeout;
+        let deadline = sent + run.timeout;
         // The Deployment at the new size: the latency.
         let seen = loop {
-            let (_, change) = watch.next(deadline).await.with_context(|| {
+            let (_, change) = self.watch.next(deadline).await.with_context(|| {
                 format!("patch {i}: waiting for Deployment {ns}/{name} to have {next} replicas")
             })?;
             let arrived = change.arrived;
-            watch.apply(change);
-            if watch.replicas(name) == Some(next) && arrived > sent {
+            self.watch.apply(change);
+            if self.watch.replicas(name) == Some(next) && arrived > sent {
                 break arrived;
             }
         };
-        latencies.push(seen - sent);
+        self.latencies.push(seen - sent);
         // The operator's pass ends with the status; wait for it before the next patch.
-        while watch.observed_generation(name) < Some(generation) {
-            let (_, change) = watch.next(deadline).await.with_context(|| {
+        while self.watch.observed_generation(name) < Some(generation) {
+            let (_, change) = self.watch.next(deadline).await.with_context(|| {
                 format!("patch {i}: waiting for the status of {ns}/{name} to observe generation {generation}")
             })?;
-            watch.apply(change);
+            self.watch.apply(change);
         }
-        size = next;
-        if !gap.is_zero() {
-            tokio::time::sleep(gap).await;
-        }
+        self.size = next;
+        Ok(())
     }
-    latencies.sort();
-    round_trips.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let mean = latencies.iter().map(|d| ms(*d)).sum::<f64>() / latencies.len().max(1) as f64;
-    emit(&json!({
-        "event": "patch-latency",
-        "count": latencies.len(),
-        "p50_ms": ms(percentile(&latencies, 50)),
-        "p99_ms": ms(percentile(&latencies, 99)),
-        "max_ms": ms(latencies.last().copied().unwrap_or_default()),
-        "min_ms": ms(latencies.first().copied().unwrap_or_default()),
-        "mean_ms": mean,
-        "patch_rtt_p50_ms": ms(percentile(&round_trips, 50)),
-        "patch_rtt_p99_ms": ms(percentile(&round_trips, 99)),
-    }));
-    Ok(())
+
+    fn emit(mut self) {
+        self.latencies.sort();
+        self.round_trips.sort();
+        let (latencies, round_trips) = (&self.latencies, &self.round_trips);
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let mean = latencies.iter().map(|d| ms(*d)).sum::<f64>() / latencies.len().max(1) as f64;
+        emit(&json!({
+            "event": "patch-latency",
+            "namespace": self.namespace,
+            "count": latencies.len(),
+            "p50_ms": ms(percentile(latencies, 50)),
+            "p99_ms": ms(percentile(latencies, 99)),
+            "max_ms": ms(latencies.last().copied().unwrap_or_default()),
+            "min_ms": ms(latencies.first().copied().unwrap_or_default()),
+            "mean_ms": mean,
+            "patch_rtt_p50_ms": ms(percentile(round_trips, 50)),
+            "patch_rtt_p99_ms": ms(percentile(round_trips, 99)),
+        }));
+    }
 }
 
 /// The nearest-rank percentile `p` of sorted `samples` (zero for none).
