@@ -55,10 +55,11 @@ struct Flags {
     /// An image prefix the validating webhook allows (repeatable); none allows any image.
     #[arg(long = "allowed-image-prefix")]
     allowed_image_prefixes: Vec<String>,
-    /// Client-side limit on requests to the API server, a second sustained; 0 or less sends
-    /// as fast as the controller asks (what controller-runtime's `GetConfig` sets), leaving
-    /// the server's priority and fairness to pace the operator.
-    #[arg(long, default_value_t = 20.0, allow_negative_numbers = true)]
+    /// Client-side limit on requests to the API server, a second sustained. The default,
+    /// -1 (as 0 or any value below), sets none and sends as fast as the controller asks, as
+    /// controller-runtime's `GetConfig` does, leaving the server's priority and fairness to
+    /// pace the operator: a limit of 20 made the median scale 3.6 times slower.
+    #[arg(long, default_value_t = -1.0, allow_negative_numbers = true)]
     kube_api_qps: f64,
     /// Requests allowed at once above `--kube-api-qps`.
     #[arg(long, default_value_t = 30)]
@@ -187,9 +188,11 @@ mod tests {
         );
         assert!(!flags.leader_elect);
         assert!(flags.command.is_none());
-        let limit = rate_limit(flags.kube_api_qps, flags.kube_api_burst).unwrap();
-        let limit = limit.unwrap();
-        assert_eq!((limit.qps(), limit.burst()), (20.0, 30));
+        assert!(
+            rate_limit(flags.kube_api_qps, flags.kube_api_burst)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
@@ -203,6 +206,10 @@ mod tests {
                     .is_none()
             );
         }
+        let flags = Flags::try_parse_from(["memcached-operator", "--kube-api-qps=20"]).unwrap();
+        let limit = rate_limit(flags.kube_api_qps, flags.kube_api_burst).unwrap();
+        let limit = limit.unwrap();
+        assert_eq!((limit.qps(), limit.burst()), (20.0, 30));
         let flags = Flags::try_parse_from([
             "memcached-operator",
             "--kube-api-qps=50",
