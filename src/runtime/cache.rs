@@ -20,7 +20,9 @@
 //!
 //! By default the cache drops `metadata.managedFields` from every object it receives (it
 //! is often most of an object's bytes and controllers do not read it); objects written to
-//! the API server are unaffected.
+//! the API server are unaffected. [`CacheOptions::transform`] sets a further transform per
+//! kind, such as [`metadata_only`] for a kind whose spec and status a controller never
+//! reads.
 //!
 //! # Reads are from the cache; writes go to the server
 //!
@@ -38,6 +40,7 @@
 //! A reconcile that returns without writing converges anyway: the watch event of its write
 //! queues the object again, and that reconcile reads the newer state.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -125,6 +128,36 @@ pub struct CacheOptions {
     /// on for a controller that reads the same unchanged objects many times (lists a large
     /// kind on every reconcile, say).
     pub keep_typed: bool,
+    /// Per-kind transforms, by (group, kind); set with [`transform`](Self::transform).
+    pub transforms: HashMap<(&'static str, &'static str), KindTransform>,
+}
+
+/// A transform of one kind's cached objects, set by [`CacheOptions::transform`].
+#[derive(Clone)]
+pub struct KindTransform(Arc<dyn Any + Send + Sync>);
+
+impl fmt::Debug for KindTransform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KindTransform")
+    }
+}
+
+/// What [`KindTransform`] holds for kind `K`.
+type TransformFn<K> = Box<dyn Fn(&mut Raw<K>) + Send + Sync>;
+
+/// A transform for [`CacheOptions::transform`] that keeps only an object's `apiVersion`,
+/// `kind` and `metadata`, as the metadata-only API serves them: for a kind whose names,
+/// labels, owners or deletion a controller reads, but never its spec or status. Reads of
+/// the kind decode with empty spec and status.
+pub fn metadata_only<K>(raw: &mut Raw<K>) {
+    let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_str(raw.json()) else {
+        return; // validated on arrival, so unreachable; leave the object as it is
+    };
+    fields.retain(|key, _| matches!(key.as_str(), "apiVersion" | "kind" | "metadata"));
+    let json = serde_json::Value::Object(fields).to_string();
+    if let Ok(kept) = Raw::from_json(&json) {
+        *raw = kept;
+    }
 }
 
 impl Default for CacheOptions {
@@ -136,6 +169,7 @@ impl Default for CacheOptions {
             sync_timeout: Duration::from_secs(120),
             selectors: HashMap::new(),
             keep_typed: false,
+            transforms: HashMap::new(),
         }
     }
 }
@@ -146,6 +180,27 @@ impl CacheOptions {
     pub fn select<K: k8s_openapi::Resource>(mut self, selectors: Selectors) -> Self {
         self.selectors.insert((K::GROUP, K::KIND), selectors);
         self
+    }
+
+    /// Applies `transform` to every object of kind `K` the cache receives, in place, after
+    /// `managedFields` were dropped and before the object is cached or handed to an event
+    /// handler (controller-runtime's `ByObject` `Transform`): to keep less of a kind than
+    /// the server sends, e.g. [`metadata_only`]. Reads decode what the transform left.
+    pub fn transform<K: CachedKind>(
+        mut self,
+        transform: impl Fn(&mut Raw<K>) + Send + Sync + 'static,
+    ) -> Self {
+        let boxed: TransformFn<K> = Box::new(transform);
+        let erased: Arc<dyn Any + Send + Sync> = Arc::new(boxed);
+        self.transforms
+            .insert((K::GROUP, K::KIND), KindTransform(erased));
+        self
+    }
+
+    /// The transform set for kind `K`, if any.
+    fn transform_of<K: CachedKind>(&self) -> Option<Arc<TransformFn<K>>> {
+        let erased = self.transforms.get(&(K::GROUP, K::KIND))?.0.clone();
+        erased.downcast::<TransformFn<K>>().ok()
     }
 }
 
@@ -280,10 +335,19 @@ impl Cache {
         if informers.iter().any(|t| t.name == name) {
             return false;
         }
-        if self.inner.options.strip_managed_fields {
-            // Refused only once started, which an untracked informer is not.
-            let _ = informer.set_transform(Raw::strip_managed_fields);
-        }
+        let strip = self.inner.options.strip_managed_fields;
+        let custom = self.inner.options.transform_of::<K>();
+        // Refused only once started, which an untracked informer is not.
+        let _ = match (strip, custom) {
+            (false, None) => Ok(()),
+            (true, None) => informer.set_transform(Raw::strip_managed_fields),
+            (strip, Some(custom)) => informer.set_transform(move |raw: &mut Raw<K>| {
+                if strip {
+                    raw.strip_managed_fields();
+                }
+                custom(raw);
+            }),
+        };
         let last_error = Arc::new(Mutex::new(None));
         let errors = last_error.clone();
         let _ = informer.set_watch_error_handler(move |e| *errors.lock() = Some(e.to_string()));
@@ -619,6 +683,32 @@ mod tests {
     fn raw() -> Raw<ConfigMap> {
         Raw::from_json(r#"{"metadata":{"name":"web","namespace":"prod"},"data":{"a":"1"}}"#)
             .unwrap()
+    }
+
+    #[test]
+    fn metadata_only_keeps_the_type_and_the_metadata() {
+        let mut raw: Raw<k8s_openapi::api::core::v1::Pod> = Raw::from_json(
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"prod","labels":{"app":"web"}},"spec":{"containers":[{"name":"c"}]},"status":{"phase":"Running"}}"#,
+        )
+        .unwrap();
+        metadata_only(&mut raw);
+        assert_eq!(
+            raw.json(),
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"labels":{"app":"web"},"name":"web-1","namespace":"prod"}}"#
+        );
+        use informer::Object;
+        assert_eq!((raw.namespace(), raw.name()), (Some("prod"), "web-1"));
+        let pod = typed(&raw, false).unwrap();
+        assert_eq!(pod.spec, None);
+        assert_eq!(pod.metadata.labels.as_ref().unwrap()["app"], "web");
+    }
+
+    #[test]
+    fn a_transform_is_found_for_its_kind_only() {
+        use k8s_openapi::api::core::v1::Pod;
+        let options = CacheOptions::default().transform::<Pod>(metadata_only);
+        assert!(options.transform_of::<Pod>().is_some());
+        assert!(options.transform_of::<ConfigMap>().is_none());
     }
 
     #[test]

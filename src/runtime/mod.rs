@@ -116,7 +116,7 @@ pub mod predicate;
 pub mod server;
 pub mod webhook;
 
-pub use cache::{Cache, CacheError, CacheOptions, Store};
+pub use cache::{Cache, CacheError, CacheOptions, KindTransform, Store, metadata_only};
 pub use controller::{Action, Controller, ObjectRef, ReconcileError};
 pub use manager::{Manager, ManagerError, ManagerOptions};
 pub use metrics::Metrics;
