@@ -2,6 +2,8 @@
 //! HTTP attempt, retries included, and `<error>` for a request that got no answer, as the
 //! `rest_client_*` metrics count them.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
@@ -11,6 +13,7 @@ use controller_runtime::client::{Client, ClientOptions, RequestObserver};
 use controller_runtime::config::{Auth, Config};
 use controller_runtime::runtime::metrics::Metrics;
 use http::Method;
+use support::sample;
 
 /// Answers each request, on any connection, with the next scripted response.
 fn scripted(responses: Vec<&'static str>) -> SocketAddr {
@@ -116,32 +119,25 @@ async fn rest_client_metrics_count_codes_and_transport_errors() {
     assert!(refused.get_raw("/version").await.is_err());
 
     let text = metrics.encode();
-    let line = |series: String| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series.as_str())?.strip_prefix(' '))
-            .map(str::to_owned)
-    };
+    let line = |series: String| sample(&text, &series);
     assert_eq!(
         line(format!(
             r#"rest_client_requests_total{{code="404",method="GET",host="{addr}"}}"#
-        ))
-        .as_deref(),
+        )),
         Some("1"),
         "{text}"
     );
     assert_eq!(
         line(format!(
             r#"rest_client_requests_total{{code="<error>",method="GET",host="{closed}"}}"#
-        ))
-        .as_deref(),
+        )),
         Some("1"),
         "{text}"
     );
     assert_eq!(
         line(format!(
             r#"rest_client_request_duration_seconds_count{{verb="GET",host="{addr}"}}"#
-        ))
-        .as_deref(),
+        )),
         Some("1"),
         "{text}"
     );
