@@ -6,6 +6,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod certs;
+pub mod client_suite;
 pub mod cluster;
 pub mod versions;
 
