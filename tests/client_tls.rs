@@ -3,21 +3,17 @@
 //! untrusted certificates, no platform roots, and HTTP/1.1 when the server's ALPN offers
 //! nothing else. Certificates come from `testdata/tls/` (see its README).
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use controller_runtime::client::{Client, ClientOptions, Error};
 use controller_runtime::config::{Auth, Config};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata/tls")
-        .join(name)
-}
+use support::certs::fixture;
 
 fn cert(name: &str) -> CertificateDer<'static> {
     CertificateDer::from_pem_file(fixture(name)).unwrap()

@@ -1,8 +1,9 @@
 //! Scripted configuration tests: kubeconfig fixtures in testdata/kubeconfig, the test-only exec
 //! plugin testdata/exec-plugin.sh, and in-cluster loading from a scratch directory. No cluster.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use controller_runtime::config::{
     Auth, Config, Credentials, Error, ExecConfig, InteractiveMode, Kubeconfig, KubeconfigOptions,
@@ -10,6 +11,7 @@ use controller_runtime::config::{
 };
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use support::certs::TempDir;
 
 // === helpers ===
 
@@ -41,43 +43,11 @@ fn pem_certs(name: &str) -> Vec<CertificateDer<'static>> {
         .unwrap()
 }
 
-/// A scratch directory, unique to the test, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "cr-config-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    fn write(&self, name: &str, contents: &str) -> PathBuf {
-        let path = self.path(name);
-        std::fs::write(&path, contents).unwrap();
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The test-only plugin, counting its runs in `scratch`, with extra environment `env`.
-fn plugin(scratch: &Scratch, env: &[(&str, &str)]) -> ExecConfig {
+fn plugin(scratch: &TempDir, env: &[(&str, &str)]) -> ExecConfig {
     let mut all = vec![(
         "EXEC_PLUGIN_COUNTER".to_owned(),
-        scratch.path("runs").display().to_string(),
+        scratch.join("runs").display().to_string(),
     )];
     all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     ExecConfig {
@@ -93,8 +63,8 @@ fn plugin(scratch: &Scratch, env: &[(&str, &str)]) -> ExecConfig {
 }
 
 /// How many times the plugin ran.
-fn runs(scratch: &Scratch) -> usize {
-    std::fs::read_to_string(scratch.path("runs"))
+fn runs(scratch: &TempDir) -> usize {
+    std::fs::read_to_string(scratch.join("runs"))
         .map(|text| text.lines().count())
         .unwrap_or(0)
 }
@@ -306,13 +276,13 @@ fn bad_yaml_names_the_file() {
 
 #[tokio::test]
 async fn exec_plugin_from_kubeconfig_runs_relative_command_with_cluster_info() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     let config = load("exec.yaml", None).unwrap();
     let Auth::Exec(mut exec) = config.auth else {
         panic!("expected exec auth, got {:?}", config.auth);
     };
     assert_eq!(exec.command, fixture("../exec-plugin.sh"));
-    let request = scratch.path("request.json");
+    let request = scratch.join("request.json");
     exec.env
         .push(("EXEC_PLUGIN_REQUEST".into(), request.display().to_string()));
 
@@ -340,7 +310,7 @@ async fn exec_plugin_from_kubeconfig_runs_relative_command_with_cluster_info() {
 
 #[tokio::test]
 async fn exec_token_is_cached_until_invalidated_when_far_from_expiry() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     let credentials = Credentials::new(Auth::Exec(plugin(
         &scratch,
         &[
@@ -360,7 +330,7 @@ async fn exec_token_is_cached_until_invalidated_when_far_from_expiry() {
 
 #[tokio::test]
 async fn exec_token_without_expiry_is_cached() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     let credentials = Credentials::new(Auth::Exec(plugin(
         &scratch,
         &[("EXEC_PLUGIN_TOKEN", "fake-forever")],
@@ -372,7 +342,7 @@ async fn exec_token_without_expiry_is_cached() {
 
 #[tokio::test]
 async fn expired_exec_token_runs_the_plugin_again() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     let credentials = Credentials::new(Auth::Exec(plugin(
         &scratch,
         &[
@@ -388,7 +358,7 @@ async fn expired_exec_token_runs_the_plugin_again() {
 
 #[tokio::test]
 async fn concurrent_callers_share_one_plugin_run() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     // Expired on arrival, so only sharing (not caching) can keep this to one run.
     let credentials = Credentials::new(Auth::Exec(plugin(
         &scratch,
@@ -412,7 +382,7 @@ async fn concurrent_callers_share_one_plugin_run() {
 
 #[tokio::test]
 async fn exec_token_file_change_is_picked_up_after_invalidate() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     let token = scratch.write("token", "fake-one\n");
     let credentials = Credentials::new(Auth::Exec(plugin(
         &scratch,
@@ -427,7 +397,7 @@ async fn exec_token_file_change_is_picked_up_after_invalidate() {
 
 #[tokio::test]
 async fn failing_plugin_reports_command_status_and_stderr() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     let exec = plugin(&scratch, &[("EXEC_PLUGIN_FAIL", "  login expired  ")]);
     let command = exec.command.display().to_string();
     let credentials = Credentials::new(Auth::Exec(exec));
@@ -440,7 +410,7 @@ async fn failing_plugin_reports_command_status_and_stderr() {
 
 #[tokio::test]
 async fn plugin_output_that_is_not_a_credential_is_named() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     let exec = plugin(&scratch, &[("EXEC_PLUGIN_OUTPUT", "Please log in")]);
     let command = exec.command.display().to_string();
     let error = Credentials::new(Auth::Exec(exec))
@@ -458,9 +428,9 @@ async fn plugin_output_that_is_not_a_credential_is_named() {
 
 #[tokio::test]
 async fn missing_plugin_shows_the_install_hint() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     let mut exec = plugin(&scratch, &[]);
-    exec.command = scratch.path("kubectl-login");
+    exec.command = scratch.join("kubectl-login");
     exec.install_hint = Some("install kubectl-login from the test-only shelf".into());
     let error = Credentials::new(Auth::Exec(exec))
         .authorization()
@@ -470,7 +440,7 @@ async fn missing_plugin_shows_the_install_hint() {
         error.to_string(),
         format!(
             "exec plugin {}: command not found; install kubectl-login from the test-only shelf",
-            scratch.path("kubectl-login").display()
+            scratch.join("kubectl-login").display()
         )
     );
 }
@@ -479,7 +449,7 @@ async fn missing_plugin_shows_the_install_hint() {
 
 #[tokio::test(start_paused = true)]
 async fn token_file_is_reread_after_invalidate() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     let token = scratch.write("token", "fake-first\n");
     let credentials = Credentials::new(Auth::TokenFile(token.clone()));
     assert_eq!(header(&credentials).await, "Bearer fake-first");
@@ -542,9 +512,9 @@ fn debug_output_never_shows_secrets() {
 
 // === in-cluster ===
 
-fn service_account(scratch: &Scratch, namespace: Option<&str>) {
+fn service_account(scratch: &TempDir, namespace: Option<&str>) {
     scratch.write("token", "fake-sa-token\n");
-    std::fs::copy(fixture("test-only-ca.pem"), scratch.path("ca.crt")).unwrap();
+    std::fs::copy(fixture("test-only-ca.pem"), scratch.join("ca.crt")).unwrap();
     if let Some(namespace) = namespace {
         scratch.write("namespace", namespace);
     }
@@ -552,31 +522,31 @@ fn service_account(scratch: &Scratch, namespace: Option<&str>) {
 
 #[test]
 fn in_cluster_reads_the_service_account_directory() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     service_account(&scratch, Some("operators\n"));
-    let config = Config::incluster_from(&scratch.0, "10.96.0.1", "443").unwrap();
+    let config = Config::incluster_from(scratch.path(), "10.96.0.1", "443").unwrap();
     assert_eq!(config.cluster_url, "https://10.96.0.1:443/");
     assert_eq!(config.default_namespace, "operators");
     assert_eq!(config.root_certs, pem_certs("test-only-ca.pem"));
     assert!(config.identity.is_none());
-    assert!(matches!(&config.auth, Auth::TokenFile(path) if *path == scratch.path("token")));
+    assert!(matches!(&config.auth, Auth::TokenFile(path) if *path == scratch.join("token")));
     assert_eq!(config.source, "in-cluster");
 }
 
 #[test]
 fn in_cluster_brackets_ipv6_and_defaults_the_namespace() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     service_account(&scratch, None);
-    let config = Config::incluster_from(&scratch.0, "fd00::1", "6443").unwrap();
+    let config = Config::incluster_from(scratch.path(), "fd00::1", "6443").unwrap();
     assert_eq!(config.cluster_url, "https://[fd00::1]:6443/");
     assert_eq!(config.default_namespace, "default");
 }
 
 #[tokio::test(start_paused = true)]
 async fn in_cluster_token_rotation_is_seen_after_invalidate() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new("cr-config-test");
     service_account(&scratch, None);
-    let config = Config::incluster_from(&scratch.0, "10.96.0.1", "443").unwrap();
+    let config = Config::incluster_from(scratch.path(), "10.96.0.1", "443").unwrap();
     let credentials = Credentials::new(config.auth);
     assert_eq!(header(&credentials).await, "Bearer fake-sa-token");
     scratch.write("token", "fake-sa-token-rotated");
@@ -586,33 +556,33 @@ async fn in_cluster_token_rotation_is_seen_after_invalidate() {
 
 #[test]
 fn in_cluster_without_token_or_ca_says_which_file() {
-    let scratch = Scratch::new();
-    let error = Config::incluster_from(&scratch.0, "10.96.0.1", "443").unwrap_err();
+    let scratch = TempDir::new("cr-config-test");
+    let error = Config::incluster_from(scratch.path(), "10.96.0.1", "443").unwrap_err();
     assert_eq!(
         error.to_string(),
         format!(
             "in-cluster {}: no such file",
-            scratch.path("token").display()
+            scratch.join("token").display()
         )
     );
 
     scratch.write("token", "fake-sa-token");
-    let error = Config::incluster_from(&scratch.0, "10.96.0.1", "443").unwrap_err();
+    let error = Config::incluster_from(scratch.path(), "10.96.0.1", "443").unwrap_err();
     assert_eq!(
         error.to_string(),
         format!(
             "in-cluster {}: no such file",
-            scratch.path("ca.crt").display()
+            scratch.join("ca.crt").display()
         )
     );
 
     scratch.write("ca.crt", "not a certificate");
-    let error = Config::incluster_from(&scratch.0, "10.96.0.1", "443").unwrap_err();
+    let error = Config::incluster_from(scratch.path(), "10.96.0.1", "443").unwrap_err();
     assert_eq!(
         error.to_string(),
         format!(
             "in-cluster: {}: no certificate in PEM",
-            scratch.path("ca.crt").display()
+            scratch.join("ca.crt").display()
         )
     );
 }

@@ -9,7 +9,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use controller_runtime::CustomResource;
 use controller_runtime::client::{
@@ -26,7 +25,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use support::cluster::{client, create_namespace, delete_namespace};
-use support::{CONVERGE, Kubectl, unique};
+use support::{Kubectl, converge, unique};
 
 // === the test kind ===
 
@@ -125,23 +124,6 @@ fn condition(type_: &str, status: &str, reason: &str) -> Condition {
 }
 
 // === installing ===
-
-macro_rules! converge {
-    ($what:expr, $check:expr) => {{
-        let begin = tokio::time::Instant::now();
-        loop {
-            if let Some(v) = $check {
-                break v;
-            }
-            assert!(
-                begin.elapsed() < CONVERGE,
-                "{}: not within {CONVERGE:?}",
-                $what
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }};
-}
 
 /// Waits until the API server reports `name` Established (its status conditions) and serves
 /// `api_version`/`kind`.

@@ -26,6 +26,7 @@ use support::CONVERGE;
 use support::cluster::{
     CuttableProxy, client, compact_etcd, create_namespace, delete_namespace, template,
 };
+use support::versions::{entry, listed};
 
 // === a handler that mirrors what it hears ===
 
@@ -41,13 +42,6 @@ struct Heard {
     later_adds: Vec<String>,
     deletes: Vec<String>,
     tombstones: Vec<String>,
-}
-
-fn entry<K: Object>(obj: &K) -> (String, String) {
-    (
-        obj.name().to_owned(),
-        obj.resource_version().unwrap_or_default().to_owned(),
-    )
 }
 
 impl<K: Object> EventHandler<K> for Mirror {
@@ -94,14 +88,7 @@ where
 {
     let begin = tokio::time::Instant::now();
     loop {
-        let fresh: BTreeMap<String, String> = api
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(entry)
-            .collect();
+        let fresh = listed(api).await;
         let cached: BTreeMap<String, String> = informer
             .get_indexer()
             .list()

@@ -21,8 +21,8 @@ use controller_runtime::runtime::metrics::Metrics;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use parking_lot::Mutex;
-use support::CONVERGE;
 use support::cluster::{client, create_namespace, delete_namespace};
+use support::{CONVERGE, sample};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -82,8 +82,7 @@ impl Candidate {
     /// `leader_election_master_status{name="le-test"}` in this candidate's registry.
     fn status_metric(&self) -> String {
         let text = self.metrics.encode();
-        text.lines()
-            .find_map(|l| l.strip_prefix(r#"leader_election_master_status{name="le-test"} "#))
+        sample(&text, r#"leader_election_master_status{name="le-test"}"#)
             .unwrap_or_else(|| panic!("no status in\n{text}"))
             .to_owned()
     }

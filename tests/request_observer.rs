@@ -2,67 +2,37 @@
 //! HTTP attempt, retries included, and `<error>` for a request that got no answer, as the
 //! `rest_client_*` metrics count them.
 
-use std::io::{BufRead, BufReader, Write};
+mod support;
+
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use controller_runtime::client::{Client, ClientOptions, RequestObserver};
-use controller_runtime::config::{Auth, Config};
+use controller_runtime::config::Auth;
 use controller_runtime::runtime::metrics::Metrics;
 use http::Method;
+use support::sample;
+use support::scripted::{Scripted, http_client};
 
 /// Answers each request, on any connection, with the next scripted response.
 fn scripted(responses: Vec<&'static str>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let responses = Arc::new(Mutex::new(responses.into_iter()));
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(conn) = conn else { return };
-            let responses = responses.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                let mut writer = conn;
-                loop {
-                    // Requests here are GETs without a body: read up to the blank line.
-                    loop {
-                        let mut line = String::new();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
-                    let Some(response) = responses.lock().unwrap().next() else {
-                        return;
-                    };
-                    writer.write_all(response.as_bytes()).unwrap();
-                }
-            });
-        }
-    });
-    addr
+    Scripted::start(
+        responses
+            .into_iter()
+            .map(|r| r.as_bytes().to_vec())
+            .collect(),
+    )
+    .addr
 }
 
 fn client(addr: SocketAddr, observer: Arc<dyn RequestObserver>) -> Client {
-    let config = Config {
-        cluster_url: format!("http://{addr}").parse().unwrap(),
-        default_namespace: "default".into(),
-        root_certs: Vec::new(),
-        accept_invalid_certs: false,
-        tls_server_name: None,
-        identity: None,
-        auth: Auth::None,
-        source: "scripted test".into(),
-    };
     let options = ClientOptions {
         observer: Some(observer),
         http2: false,
         ..ClientOptions::default()
     };
-    Client::new(config, options).unwrap()
+    http_client(addr, Auth::None, options)
 }
 
 /// Every observation, in order.
@@ -116,32 +86,25 @@ async fn rest_client_metrics_count_codes_and_transport_errors() {
     assert!(refused.get_raw("/version").await.is_err());
 
     let text = metrics.encode();
-    let line = |series: String| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series.as_str())?.strip_prefix(' '))
-            .map(str::to_owned)
-    };
+    let line = |series: String| sample(&text, &series);
     assert_eq!(
         line(format!(
             r#"rest_client_requests_total{{code="404",method="GET",host="{addr}"}}"#
-        ))
-        .as_deref(),
+        )),
         Some("1"),
         "{text}"
     );
     assert_eq!(
         line(format!(
             r#"rest_client_requests_total{{code="<error>",method="GET",host="{closed}"}}"#
-        ))
-        .as_deref(),
+        )),
         Some("1"),
         "{text}"
     );
     assert_eq!(
         line(format!(
             r#"rest_client_request_duration_seconds_count{{verb="GET",host="{addr}"}}"#
-        ))
-        .as_deref(),
+        )),
         Some("1"),
         "{text}"
     );

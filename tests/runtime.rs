@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use support::cluster::{self, create_namespace};
-use support::{CONVERGE, http_get, run_manager, wait_until};
+use support::{CONVERGE, http_get, run_manager, sample, wait_until};
 
 /// Manager options caching namespace `ns` only, with servers on free loopback ports.
 fn options(ns: &str) -> ManagerOptions {
@@ -255,13 +255,6 @@ async fn flaky(cm: Arc<ConfigMap>, ctx: Arc<Flaky>) -> Result<Action, ReconcileE
     }
 }
 
-/// The value of the series `series` (its full name and labels) in a scrape.
-fn sample(scrape: &str, series: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs cluster"]
 async fn failures_are_retried_with_backoff_panics_are_counted_and_metrics_move() {
@@ -304,7 +297,7 @@ async fn failures_are_retried_with_backoff_panics_are_counted_and_metrics_move()
             "{series} missing before any work:\n{before}"
         );
     }
-    let before_success = sample(&before, success).unwrap();
+    let before_success: f64 = sample(&before, success).unwrap().parse().unwrap();
 
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
     for name in ["fail-3", "terminal", "panic", "fine-1", "fine-2"] {
@@ -322,7 +315,10 @@ async fn failures_are_retried_with_backoff_panics_are_counted_and_metrics_move()
     .await;
 
     let (_, after) = http_get(metrics, "/metrics").await;
-    let get = |series: &str| sample(&after, series).unwrap_or_else(|| panic!("{series}:\n{after}"));
+    let get = |series: &str| -> f64 {
+        let value = sample(&after, series).unwrap_or_else(|| panic!("{series}:\n{after}"));
+        value.parse().unwrap()
+    };
     // fail-3: three errors then a success; terminal: one error; panic: one error then success.
     assert_eq!(get(errors), 5.0);
     assert_eq!(get(terminal), 1.0);
@@ -676,7 +672,7 @@ const SLACK: Duration = Duration::from_millis(1000);
 
 fn leading(manager: &Manager) -> bool {
     let series = r#"leader_election_master_status{name="rt-lease"}"#;
-    sample(&manager.metrics().encode(), series) == Some(1.0)
+    sample(&manager.metrics().encode(), series) == Some("1")
 }
 
 async fn touch(configmaps: &Api<ConfigMap>, name: &str, value: &str) {

@@ -27,19 +27,13 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use serde_json::{Value, json};
-use support::certs::{TempDir, WebhookConfigurations, issue, make_ca};
+use support::certs::{TempDir, WebhookConfigurations, fixture, issue, make_ca};
 use support::{CONVERGE, Kubectl, cluster, unique, wait_until};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
 
 // === files ===
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata/tls")
-        .join(name)
-}
 
 /// Writes `contents` to `dir/name` as a rotation does: to a temporary file, then renamed
 /// over the old one.
@@ -494,25 +488,6 @@ async fn bind_fails_naming_a_missing_or_bad_certificate_file() {
 
 // === with the API server ===
 
-/// Runs openssl in `dir`; panics with its stderr if it fails.
-/// Deletes a namespace (without waiting) when dropped.
-struct NamespaceGuard<'k>(&'k Kubectl, String);
-
-impl Drop for NamespaceGuard<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.try_run(
-            &[
-                "delete",
-                "namespace",
-                &self.1,
-                "--wait=false",
-                "--ignore-not-found",
-            ],
-            None,
-        );
-    }
-}
-
 /// A webhook entry for ConfigMap creates and updates in the namespaces labelled
 /// `label=value`, failing closed.
 fn webhook_entry(name: &str, url: String, ca_bundle: &[u8], label: &str, value: &str) -> Value {
@@ -607,7 +582,7 @@ async fn the_api_server_calls_our_webhooks_through_certificate_rotations() {
     let kubectl = Kubectl::from_env();
     let client: Client = cluster::client();
     let ns = cluster::create_namespace(&client, "webhook").await;
-    let _namespace = NamespaceGuard(&kubectl, ns.clone());
+    let _namespace = support::Namespace::guard(&kubectl, ns.clone());
     let (label, scope) = ("webhook-test.example.com/scope", unique("scope"));
     Api::<Namespace>::cluster(client.clone())
         .patch(

@@ -3,6 +3,8 @@
 //! 410 → relist, pagination and its fallback, WatchList and its fallback, backoff-only
 //! retries, very short watches, bookmarks and resync.
 
+mod support;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +15,8 @@ use informer::{
     Trace, WatchOptions,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
+use support::cm;
 
 // === the script ===
 
@@ -175,18 +177,6 @@ impl ReflectorStore<ConfigMap> for Recorder {
 }
 
 // === helpers ===
-
-fn cm(name: &str, rv: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("ns".into()),
-            resource_version: Some(rv.into()),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    }
-}
 
 fn page(names: &[&str], rv: &str, cont: Option<&str>) -> Reply {
     Reply::List(Ok(ListPage {

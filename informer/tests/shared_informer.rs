@@ -7,6 +7,8 @@
 //! need a handler that really blocks run on a multi-threaded runtime; their waits are bounded
 //! by a generous timeout that only turns a hang into a failure.
 
+mod support;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,8 +21,8 @@ use informer::{
     WatchOptions,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
+use support::cm;
 use tokio::sync::mpsc;
 
 // === a fake API server ===
@@ -173,18 +175,6 @@ impl EventHandler<ConfigMap> for Log {
 }
 
 // === helpers ===
-
-fn cm(name: &str, rv: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            namespace: Some("ns".into()),
-            name: Some(name.into()),
-            resource_version: Some(rv.into()),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    }
-}
 
 fn options(resync: Duration) -> InformerOptions {
     let mut options = InformerOptions::named("test");

@@ -1,23 +1,44 @@
-//! Certificates for TLS tests, made with the `openssl` command line, and guards for the
-//! temporary files and cluster-wide webhook configurations they go with.
+//! Certificates for TLS tests, from `testdata/tls/` or made with the `openssl` command line,
+//! and guards for the temporary files and cluster-wide webhook configurations they go with.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::{Kubectl, unique};
 
-/// A directory under the system's temp dir, removed when dropped.
+/// A file of the TLS fixtures in `testdata/tls/` (see its README).
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/tls")
+        .join(name)
+}
+
+/// A directory under the system's temp dir, named `prefix-<pid>-<n>`, removed when dropped.
 pub struct TempDir(PathBuf);
 
 impl TempDir {
+    /// Creates the directory.
     pub fn new(prefix: &str) -> TempDir {
         let dir = std::env::temp_dir().join(unique(prefix));
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
     }
 
+    /// The directory.
     pub fn path(&self) -> &Path {
         &self.0
+    }
+
+    /// The path of `name` in the directory.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// Writes `contents` to `name` in the directory and returns its path.
+    pub fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
     }
 }
 

@@ -1,4 +1,4 @@
-//! The cluster side of the cluster tests: finding testenv, clients on it, namespaces,
+//! The cluster side of the cluster tests: finding testenv, clients on it, namespaces, events,
 //! compacting etcd, and a proxy that cuts a client's connection on demand.
 
 use std::net::SocketAddr;
@@ -6,9 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use controller_runtime::client::{Api, Client, ClientOptions, DeleteParams, PostParams};
+use controller_runtime::client::{
+    Api, Client, ClientOptions, DeleteParams, ListParams, PostParams,
+};
 use controller_runtime::config::{Config, KubeconfigOptions};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodTemplate};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -87,6 +90,16 @@ pub async fn delete_namespace(client: &Client, name: &str) {
         .delete(name, &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// The reasons of the events in `namespace`, in the order listed; a failed list is an
+/// `Err` holding its message, for [`wait_until`](super::wait_until) to retry.
+pub async fn event_reasons(client: &Client, namespace: &str) -> Result<Vec<String>, String> {
+    let list = Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(list.items.into_iter().filter_map(|e| e.reason).collect())
 }
 
 /// Compacts etcd up to its current revision (`testenv compact`), so every older

@@ -1,12 +1,15 @@
-//! Helpers shared by the cluster tests: finding the cluster, running kubectl against it,
-//! throwaway namespaces, and bounded waits.
+//! Helpers shared by the integration tests: finding the cluster, running kubectl against it,
+//! throwaway namespaces, bounded waits, and reading a metrics scrape.
 //!
 //! A cluster test that finds no cluster fails with instructions; it never passes silently.
 
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod certs;
+pub mod client_suite;
 pub mod cluster;
+pub mod scripted;
+pub mod versions;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -19,6 +22,7 @@ use std::time::{Duration, Instant};
 pub const CONVERGE: Duration = Duration::from_secs(180);
 
 /// kubectl pointed at the test cluster.
+#[derive(Clone)]
 pub struct Kubectl {
     bin: PathBuf,
     kubeconfig: PathBuf,
@@ -134,23 +138,34 @@ pub fn eventually<T>(
     }
 }
 
-/// A namespace created for one test and deleted (without waiting) when dropped.
-pub struct Namespace<'k> {
-    kubectl: &'k Kubectl,
+/// A namespace for one test, deleted (through kubectl, without waiting) when dropped.
+///
+/// kubectl, not the client, deletes it: a client's connection runs on the test's runtime,
+/// which may be busy dropping this.
+pub struct Namespace {
+    kubectl: Kubectl,
     /// The namespace's name.
     pub name: String,
 }
 
-impl<'k> Namespace<'k> {
+impl Namespace {
     /// Creates a namespace named `prefix-<pid>-<n>`.
-    pub fn create(kubectl: &'k Kubectl, prefix: &str) -> Self {
+    pub fn create(kubectl: &Kubectl, prefix: &str) -> Self {
         let name = unique(prefix);
         kubectl.run(&["create", "namespace", &name]);
-        Namespace { kubectl, name }
+        Namespace::guard(kubectl, name)
+    }
+
+    /// Takes charge of `name`, an existing namespace, to delete it when dropped.
+    pub fn guard(kubectl: &Kubectl, name: String) -> Self {
+        Namespace {
+            kubectl: kubectl.clone(),
+            name,
+        }
     }
 }
 
-impl Drop for Namespace<'_> {
+impl Drop for Namespace {
     fn drop(&mut self) {
         let _ = self.kubectl.try_run(
             &[
@@ -163,6 +178,40 @@ impl Drop for Namespace<'_> {
             None,
         );
     }
+}
+
+/// Evaluates `$check` (an expression that may `.await`) every 250 ms until it is `Some`, and
+/// yields that value. Panics if [`CONVERGE`] passes first: the cluster never got there.
+///
+/// A macro rather than a function over an async closure: such a closure's future, borrowing
+/// the test's locals, is not provably `Send`, which spawned test runs need.
+#[allow(unused_macros)] // each test binary uses its own subset
+macro_rules! converge {
+    ($what:expr, $check:expr) => {{
+        let begin = tokio::time::Instant::now();
+        loop {
+            if let Some(v) = $check {
+                break v;
+            }
+            assert!(
+                begin.elapsed() < $crate::support::CONVERGE,
+                "{}: not within {:?}",
+                $what,
+                $crate::support::CONVERGE
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    }};
+}
+#[allow(unused_imports)] // each test binary uses its own subset
+pub(crate) use converge;
+
+/// The value of the series `series` (its full name and labels, exactly as exposed) in a
+/// Prometheus text scrape.
+pub fn sample<'s>(scrape: &'s str, series: &str) -> Option<&'s str> {
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
 }
 
 /// Polls `check` every 100 ms until it returns `Ok`, without blocking the runtime, and

@@ -12,13 +12,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine as _;
-use controller_runtime::client::{Api, DeleteParams, ListParams, PostParams};
+use controller_runtime::client::{Api, DeleteParams, PostParams};
 use controller_runtime::config::{Auth, Secret as Token};
 use controller_runtime::runtime::leader_election::LeaderElectionConfig;
 use controller_runtime::runtime::{CacheOptions, Manager, ManagerOptions};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::events::v1::Event;
 use memcached_operator::api::{Memcached, MemcachedSpec, condition};
 use memcached_operator::reconcile::FINALIZER;
 use serde_json::{Value, json};
@@ -694,13 +693,8 @@ async fn the_operator_converges_a_memcached_with_only_the_rendered_rbac() {
             .unwrap()
             .contains(&FINALIZER.to_owned())
     );
-    let events = Api::<Event>::namespaced(admin.clone(), &ns);
     let reasons = async |want: &str| {
-        let list = events
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let reasons: Vec<String> = list.items.iter().filter_map(|e| e.reason.clone()).collect();
+        let reasons = cluster::event_reasons(&admin, &ns).await?;
         reasons
             .iter()
             .any(|r| r == want)

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use support::cluster::{self, create_namespace};
-use support::{CONVERGE, Kubectl, http_get, wait_until};
+use support::{CONVERGE, Kubectl, http_get, sample, wait_until};
 
 /// Asks the OS for a free loopback port (bound, then released for the operator to take).
 fn free_port() -> u16 {
@@ -158,12 +158,11 @@ async fn the_binary_converges_a_sample_reports_faults_and_stops_on_sigterm() {
         ),
         "{scrape}"
     );
-    let errors = scrape
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(r#"controller_runtime_reconcile_errors_total{controller="memcached"} "#)
-        })
-        .and_then(|v| v.parse::<f64>().ok());
+    let errors = sample(
+        &scrape,
+        r#"controller_runtime_reconcile_errors_total{controller="memcached"}"#,
+    )
+    .and_then(|v| v.parse::<f64>().ok());
     assert!(errors.is_some_and(|e| e >= 1.0), "{scrape}");
 
     // SIGTERM: a clean exit.
@@ -225,9 +224,10 @@ impl Operator {
             return false;
         }
         let (_, scrape) = http_get(self.metrics, "/metrics").await;
-        scrape
-            .lines()
-            .any(|l| l == r#"leader_election_master_status{name="86f835c3.example.com"} 1"#)
+        sample(
+            &scrape,
+            r#"leader_election_master_status{name="86f835c3.example.com"}"#,
+        ) == Some("1")
     }
 }
 

@@ -7,10 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use controller_runtime::client::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use controller_runtime::client::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use controller_runtime::runtime::{CacheOptions, Manager, ManagerOptions};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::events::v1::Event;
 use memcached_operator::api::{Memcached, MemcachedSpec, condition};
 use memcached_operator::reconcile::{FINALIZER, deployment_for, write_deployment};
 use support::cluster::{self, create_namespace};
@@ -247,13 +246,8 @@ async fn a_memcached_gets_its_deployment_follows_its_size_and_goes_with_its_dele
         },
     )
     .await;
-    let events = Api::<Event>::namespaced(client.clone(), &ns);
     let reasons = wait_until("events recorded", CONVERGE, async || {
-        let list = events
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let reasons: Vec<String> = list.items.iter().filter_map(|e| e.reason.clone()).collect();
+        let reasons = cluster::event_reasons(&client, &ns).await?;
         (reasons.iter().any(|r| r == "Deleting") && reasons.iter().any(|r| r == "Scaled"))
             .then_some(reasons.clone())
             .ok_or(format!("{reasons:?}"))

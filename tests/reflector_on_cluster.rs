@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use controller_runtime::client::{
-    Api, ApiListerWatcher, Client, ClientOptions, DeleteParams, ListParams, PostParams,
+    Api, ApiListerWatcher, Client, ClientOptions, DeleteParams, PostParams,
 };
 use controller_runtime::informer::{Reflector, ReflectorOptions, ReflectorStore, Trace};
 use k8s_openapi::api::core::v1::{ConfigMap, PodTemplate};
@@ -19,18 +19,12 @@ use support::CONVERGE;
 use support::cluster::{
     CuttableProxy, client, compact_etcd, create_namespace, delete_namespace, template,
 };
+use support::versions::{entry, listed};
 
 // === a store that keeps names and versions ===
 
 #[derive(Clone, Default)]
 struct VersionStore(Arc<Mutex<BTreeMap<String, String>>>);
-
-fn entry<K: controller_runtime::informer::Object>(obj: &K) -> (String, String) {
-    (
-        obj.name().to_owned(),
-        obj.resource_version().unwrap_or_default().to_owned(),
-    )
-}
 
 impl<K: controller_runtime::informer::Object> ReflectorStore<K> for VersionStore {
     fn add(&self, o: K) {
@@ -61,14 +55,7 @@ where
 {
     let begin = tokio::time::Instant::now();
     loop {
-        let fresh: BTreeMap<String, String> = api
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(entry)
-            .collect();
+        let fresh = listed(api).await;
         let held = store.0.lock().clone();
         if held == fresh {
             return;
