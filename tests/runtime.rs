@@ -906,3 +906,60 @@ async fn typed_reads_decode_afresh_unless_the_cache_keeps_typed_forms() {
     let _ = stop.send(true);
     cluster::delete_namespace(&client, &ns).await;
 }
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_kind_transform_shapes_what_the_cache_holds_and_other_kinds_stay_whole() {
+    let client = cluster::client();
+    let ns = create_namespace(&client, "rt-transform").await;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &configmap(&ns, "cm", &[("v", "1")]))
+        .await
+        .unwrap();
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("s".to_owned()),
+            ..ObjectMeta::default()
+        },
+        string_data: Some([("k".to_owned(), "v".to_owned())].into()),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let cache = controller_runtime::runtime::Cache::new(
+        client.clone(),
+        CacheOptions {
+            namespaces: vec![ns.clone()],
+            ..CacheOptions::default()
+        }
+        .transform::<ConfigMap>(controller_runtime::runtime::metadata_only),
+    );
+    let configmaps = cache.store::<ConfigMap>().unwrap();
+    let secrets = cache.store::<Secret>().unwrap();
+    let (stop, mut stopping) = tokio::sync::watch::channel(false);
+    cache.start(async move {
+        let _ = stopping.wait_for(|stop| *stop).await;
+    });
+    cache.wait_for_sync().await.unwrap();
+
+    // The ConfigMap's metadata is there, its data is not; nor are managedFields.
+    let cm = configmaps.get(&ns, "cm").unwrap().unwrap();
+    assert_eq!(cm.metadata.name.as_deref(), Some("cm"));
+    assert!(cm.metadata.uid.is_some());
+    assert_eq!(cm.data, None);
+    assert_eq!(cm.metadata.managed_fields, None);
+    let raw = configmaps.raw(&ns, "cm").unwrap();
+    assert!(!raw.json().contains("\"data\""), "{}", raw.json());
+    // Another kind keeps its body, stripped of managedFields alone.
+    let s = secrets.get(&ns, "s").unwrap().unwrap();
+    assert_eq!(
+        s.data.as_ref().map(|d| d["k"].0.as_slice()),
+        Some(&b"v"[..])
+    );
+    assert_eq!(s.metadata.managed_fields, None);
+
+    let _ = stop.send(true);
+    cluster::delete_namespace(&client, &ns).await;
+}
