@@ -9,13 +9,13 @@ use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::codec::{WatchObject, WatchStream};
+#[cfg(feature = "protobuf")]
+use super::codec::{proto_json, protobuf};
 use super::dynamic::{ApiResource, DynamicObject};
 use super::error::{Error, Result, Status};
 use super::params::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Query, WatchParams};
-use super::watch::{WatchObject, WatchStream};
 use super::{Client, Req};
-#[cfg(feature = "protobuf")]
-use super::{proto_json, protobuf};
 
 const ACCEPT_METADATA: &str =
     "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";

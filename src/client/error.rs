@@ -67,7 +67,7 @@ pub enum Error {
         what: String,
         /// What was wrong with it.
         #[source]
-        source: super::proto_json::Error,
+        source: super::codec::proto_json::Error,
     },
 
     /// A watch stream ended in the middle of a frame.
@@ -213,10 +213,10 @@ impl Error {
 pub(crate) fn status_from_response(code: u16, protobuf: bool, body: &[u8]) -> Status {
     #[cfg(feature = "protobuf")]
     let decoded = if protobuf {
-        super::protobuf::envelope(body)
+        super::codec::protobuf::envelope(body)
             .ok()
             .filter(|e| e.kind == "Status")
-            .and_then(|e| super::protobuf::status(e.raw).ok())
+            .and_then(|e| super::codec::protobuf::status(e.raw).ok())
     } else {
         serde_json::from_slice::<Status>(body).ok()
     };

@@ -58,23 +58,13 @@ macro_rules! object_via_metadata {
 }
 
 mod api;
+mod codec;
 mod dynamic;
 mod error;
 mod lister_watcher;
 mod params;
-#[cfg(feature = "protobuf")]
-pub(crate) mod proto_json;
-#[cfg(feature = "protobuf")]
-mod proto_schema;
-#[cfg(feature = "protobuf")]
-mod proto_tables;
-#[cfg(feature = "protobuf")]
-pub(crate) mod protobuf;
 mod rate_limit;
-mod raw;
-mod scan;
 mod tls;
-mod watch;
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -91,19 +81,22 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::de::DeserializeOwned;
 
 pub use api::{Api, DeleteResult, ObjectList, PartialObjectMetadata};
+#[cfg(feature = "protobuf")]
+pub use codec::ProtoKind;
+#[cfg(feature = "protobuf")]
+pub use codec::proto_json::Error as ProtobufError;
+pub use codec::{
+    Bookmark, BookmarkMeta, EventReader, FrameDecoder, INITIAL_EVENTS_END, MetaView, OwnerRefView,
+    Raw, WatchEvent, WatchObject, WatchStream, decode_event,
+};
+#[cfg(feature = "protobuf")]
+use codec::{proto_json, protobuf};
 pub use dynamic::{ApiResource, DynamicObject};
 pub use error::{Error, Result, Status};
 pub use lister_watcher::{ApiEventStream, ApiListerWatcher};
 pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,
-};
-#[cfg(feature = "protobuf")]
-pub use proto_json::{Error as ProtobufError, ProtoKind};
-pub use raw::{MetaView, OwnerRefView, Raw};
-pub use watch::{
-    Bookmark, BookmarkMeta, EventReader, FrameDecoder, INITIAL_EVENTS_END, WatchEvent, WatchObject,
-    WatchStream, decode_event,
 };
 
 use crate::config::{Config, Credentials};

@@ -22,13 +22,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, Error as _};
 
-use super::error::{Error, Result, Status, snippet};
 #[cfg(feature = "protobuf")]
 use super::proto_json::{self, ProtoKind, Refusals};
 #[cfg(feature = "protobuf")]
 use super::protobuf::{self, WatchFramer};
 use super::raw::Raw;
 use super::scan;
+use crate::client::error::{Error, Result, Status, snippet};
 
 /// The annotation on the bookmark that ends a WatchList's initial events.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
@@ -113,8 +113,8 @@ pub fn decode_event<K: WatchObject>(frame: &[u8], what: &str) -> Result<WatchEve
 }
 
 /// A type a watch can decode its events into: every `k8s-openapi` kind and custom resource
-/// in the `k8s-openapi` style, [`DynamicObject`](super::DynamicObject),
-/// [`PartialObjectMetadata`](super::PartialObjectMetadata), and [`Raw`].
+/// in the `k8s-openapi` style, [`DynamicObject`](crate::client::DynamicObject),
+/// [`PartialObjectMetadata`](crate::client::PartialObjectMetadata), and [`Raw`].
 ///
 /// The provided [`decode_frame`](Self::decode_frame) builds the object with serde; [`Raw`]
 /// replaces it with one validating scan of the frame, the fast path informers use.
@@ -647,7 +647,7 @@ mod tests {
 #[cfg(all(test, feature = "protobuf"))]
 mod protobuf_tests {
     use super::*;
-    use crate::client::protobuf::tests::ld;
+    use crate::client::codec::protobuf::tests::ld;
     use k8s_openapi::api::core::v1::ConfigMap;
 
     /// A watch frame: `type`, then the object as `RawExtension { raw: k8s\0 Unknown }`.
