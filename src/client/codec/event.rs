@@ -1,31 +1,23 @@
-//! Watch streams: the server's newline-delimited JSON events, decoded one frame at a time as
-//! they arrive, never buffered whole.
+//! Watch events: [`WatchEvent`] and [`Bookmark`], [`WatchObject`] (what a list or watch can
+//! decode its objects into), and the decoding of one frame into an event.
 //!
 //! # Implementation Details
 //!
-//! The API server writes each event as one JSON object followed by `\n`. [`FrameDecoder`]
-//! cuts frames out of the body's chunks: a frame that lies wholly inside a chunk is a
-//! zero-copy slice of it; only a frame split across chunks is copied, into a carry-over
-//! buffer. Each frame then decodes straight into a [`WatchEvent`]: the frame's `type` comes
-//! before its `object`, so the object deserializes directly into the target type without an
-//! intermediate tree.
+//! A JSON frame's `type` comes before its `object`, so the object deserializes directly into
+//! the target type without an intermediate tree; [`Raw`] replaces even that with one
+//! validating scan of the frame.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::marker::PhantomData;
-#[cfg(feature = "protobuf")]
-use std::sync::Arc;
+use std::collections::BTreeMap;
 
-use bytes::{Buf, Bytes, BytesMut};
-use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, Error as _};
 
+use super::Decode;
 #[cfg(feature = "protobuf")]
-use super::proto_json::{self, ProtoKind, Refusals};
+use super::proto_json::{self, ProtoKind};
 #[cfg(feature = "protobuf")]
-use super::protobuf::{self, WatchFramer};
+use super::protobuf;
 use super::raw::Raw;
 use super::scan;
 use crate::client::error::{Error, Result, Status, snippet};
@@ -146,7 +138,7 @@ pub trait WatchObject: DeserializeOwned {
     #[cfg(feature = "protobuf")]
     fn from_protobuf(kind: ProtoKind, object: &[u8]) -> proto_json::Result<Self> {
         let _ = (kind, object);
-        Err(proto_json::Error::Malformed(super::protobuf::Error {
+        Err(proto_json::Error::Malformed(protobuf::Error {
             what: "an object of a type without a protobuf form",
             offset: 0,
         }))
@@ -167,73 +159,55 @@ impl<K: k8s_openapi::Resource> WatchObject for Raw<K> {
     }
 
     fn decode_frame(frame: &[u8], what: &str) -> Result<WatchEvent<Self>> {
-        let fail = |source: serde_json::Error| Error::Decode {
-            what: format!("a watch frame from {what}"),
-            source,
-            snippet: snippet(frame, 200),
-        };
+        let fail = |e| bad_frame(frame, what, e);
         let text = std::str::from_utf8(frame).map_err(|e| fail(serde_json::Error::custom(e)))?;
         let fields = scan::scan_frame(text).map_err(|e| fail(serde_json::Error::custom(e)))?;
         let event_type = fields.event_type.as_ref().map(|t| &text[t.range.clone()]);
-        let wrap = match event_type {
-            Some("ADDED") => WatchEvent::Added,
-            Some("MODIFIED") => WatchEvent::Modified,
-            Some("DELETED") => WatchEvent::Deleted,
-            // Bookmarks, errors and anything unexpected: rare, and serde says it best.
-            _ => return decode_with_serde(frame, what),
-        };
-        let Some(object) = &fields.object else {
+        // Bookmarks, errors and anything unexpected: rare, and serde says it best.
+        let (Some(wrap), Some(object)) = (event_type.and_then(object_event), &fields.object) else {
             return decode_with_serde(frame, what);
         };
         Ok(wrap(Raw::from_fields(text, object).map_err(fail)?))
     }
 }
 
-/// Decodes one protobuf watch frame of `kind` into an event, as [`decode_event`] does a
-/// JSON one.
-///
-/// # Errors
-///
-/// As [`decode_event`]; [`Error::Protobuf`] for a frame that is not a valid event.
-#[cfg(feature = "protobuf")]
-pub(crate) fn decode_protobuf_event<K: WatchObject>(
-    kind: ProtoKind,
-    frame: &[u8],
-    what: &str,
-) -> Result<WatchEvent<K>> {
-    let fail = |source: proto_json::Error| Error::Protobuf {
-        what: format!("a watch frame from {what}"),
-        source,
-    };
-    let event = protobuf::watch_event(frame).map_err(|e| fail(e.into()))?;
-    let raw = event.object.raw;
-    let wrap = match event.event_type {
-        "ADDED" => WatchEvent::Added,
-        "MODIFIED" => WatchEvent::Modified,
-        "DELETED" => WatchEvent::Deleted,
-        "BOOKMARK" => {
-            let json = proto_json::transcode_json(kind, raw).map_err(fail)?;
-            let bookmark: Bookmark =
-                serde_json::from_str(&json).map_err(|source| Error::Decode {
+/// A watch frame: JSON as [`decode_event`] reads it, or protobuf of one built-in kind.
+impl<K: WatchObject> Decode for WatchEvent<K> {
+    fn json(frame: &[u8], what: &str) -> Result<Self> {
+        K::decode_frame(frame, what)
+    }
+
+    #[cfg(feature = "protobuf")]
+    fn protobuf(kind: ProtoKind, frame: &[u8], what: &str) -> Result<Self> {
+        let fail = |source: proto_json::Error| Error::Protobuf {
+            what: format!("a watch frame from {what}"),
+            source,
+        };
+        let event = protobuf::watch_event(frame).map_err(|e| fail(e.into()))?;
+        let raw = event.object.raw;
+        if let Some(wrap) = object_event(event.event_type) {
+            return Ok(wrap(K::from_protobuf(kind, raw).map_err(fail)?));
+        }
+        match event.event_type {
+            "BOOKMARK" => {
+                let json = proto_json::transcode_json(kind, raw).map_err(fail)?;
+                let bookmark = serde_json::from_str(&json).map_err(|source| Error::Decode {
                     what: format!("a bookmark from {what}"),
                     source,
                     snippet: snippet(json.as_bytes(), 200),
                 })?;
-            return Ok(WatchEvent::Bookmark(bookmark));
+                Ok(WatchEvent::Bookmark(bookmark))
+            }
+            "ERROR" => Err(Error::Api(Box::new(
+                protobuf::status(raw).map_err(|e| fail(e.into()))?,
+            ))),
+            other => Err(bad_frame(
+                frame,
+                what,
+                serde_json::Error::custom(format!("unknown event type {other:?}")),
+            )),
         }
-        "ERROR" => {
-            let status = protobuf::status(raw).map_err(|e| fail(e.into()))?;
-            return Err(Error::Api(Box::new(status)));
-        }
-        other => {
-            return Err(Error::Decode {
-                what: format!("a watch frame from {what}"),
-                source: serde_json::Error::custom(format!("unknown event type {other:?}")),
-                snippet: snippet(frame, 200),
-            });
-        }
-    };
-    Ok(wrap(K::from_protobuf(kind, raw).map_err(fail)?))
+    }
 }
 
 /// [`decode_event`] through serde.
@@ -244,302 +218,27 @@ fn decode_with_serde<K: DeserializeOwned>(frame: &[u8], what: &str) -> Result<Wa
         Ok(Frame::Deleted(k)) => Ok(WatchEvent::Deleted(k)),
         Ok(Frame::Bookmark(b)) => Ok(WatchEvent::Bookmark(b)),
         Ok(Frame::Error(status)) => Err(Error::Api(status)),
-        Err(source) => Err(Error::Decode {
-            what: format!("a watch frame from {what}"),
-            source,
-            snippet: snippet(frame, 200),
-        }),
+        Err(source) => Err(bad_frame(frame, what, source)),
     }
 }
 
-/// Cuts newline-delimited frames out of a byte stream's chunks.
-#[derive(Debug, Default)]
-pub struct FrameDecoder {
-    /// Chunks not yet cut into frames; the first may be partly consumed.
-    chunks: VecDeque<Bytes>,
-    /// The start of a frame split across chunks.
-    partial: BytesMut,
-}
-
-impl FrameDecoder {
-    /// A decoder holding nothing.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds the next chunk of the body.
-    pub fn push(&mut self, chunk: Bytes) {
-        if !chunk.is_empty() {
-            self.chunks.push_back(chunk);
-        }
-    }
-
-    /// The next complete frame, without its newline; `None` until one has fully arrived.
-    /// Blank lines are skipped.
-    pub fn next_frame(&mut self) -> Option<Bytes> {
-        loop {
-            let chunk = self.chunks.front_mut()?;
-            match memchr::memchr(b'\n', chunk) {
-                Some(i) => {
-                    let head = chunk.split_to(i);
-                    chunk.advance(1);
-                    if chunk.is_empty() {
-                        self.chunks.pop_front();
-                    }
-                    let frame = if self.partial.is_empty() {
-                        head
-                    } else {
-                        self.partial.extend_from_slice(&head);
-                        self.partial.split().freeze()
-                    };
-                    if frame.iter().all(u8::is_ascii_whitespace) {
-                        continue;
-                    }
-                    return Some(frame);
-                }
-                None => {
-                    let rest = self.chunks.pop_front().expect("front exists");
-                    self.partial.extend_from_slice(&rest);
-                }
-            }
-        }
-    }
-
-    /// How many bytes of an unfinished frame are held, ignoring whitespace.
-    pub fn pending(&self) -> usize {
-        let partial = self
-            .partial
-            .iter()
-            .filter(|b| !b.is_ascii_whitespace())
-            .count();
-        partial
-            + self
-                .chunks
-                .iter()
-                .flat_map(|c| c.iter())
-                .filter(|b| !b.is_ascii_whitespace())
-                .count()
+/// The event of `type` that carries an object; `None` for a bookmark, an error, or a type
+/// no server sends.
+fn object_event<K>(event_type: &str) -> Option<fn(K) -> WatchEvent<K>> {
+    match event_type {
+        "ADDED" => Some(WatchEvent::Added),
+        "MODIFIED" => Some(WatchEvent::Modified),
+        "DELETED" => Some(WatchEvent::Deleted),
+        _ => None,
     }
 }
 
-/// Cuts a watch body's chunks into frames and decodes each into an event: newline-delimited
-/// JSON, or (with the `protobuf` feature) the length-prefixed protobuf of one built-in kind.
-/// What a [`WatchStream`] reads its body with; usable on its own over recorded chunks.
-#[derive(Debug)]
-pub struct EventReader {
-    framing: Framing,
-}
-
-/// How a watch body is cut into frames and read.
-#[derive(Debug)]
-enum Framing {
-    /// Newline-delimited JSON.
-    Json(FrameDecoder),
-    /// Length-prefixed protobuf of this kind.
-    #[cfg(feature = "protobuf")]
-    Protobuf(WatchFramer, ProtoKind),
-}
-
-impl EventReader {
-    /// A reader of newline-delimited JSON events.
-    pub fn json() -> Self {
-        EventReader {
-            framing: Framing::Json(FrameDecoder::new()),
-        }
-    }
-
-    /// A reader of the protobuf events of `K`, if `K` has a protobuf form (as [`Raw`] of a
-    /// built-in kind has) and the crate is built with the `protobuf` feature.
-    pub fn protobuf<K: WatchObject>() -> Option<Self> {
-        #[cfg(feature = "protobuf")]
-        return K::protobuf_kind().map(Self::protobuf_of);
-        #[cfg(not(feature = "protobuf"))]
-        None
-    }
-
-    #[cfg(feature = "protobuf")]
-    fn protobuf_of(kind: ProtoKind) -> Self {
-        EventReader {
-            framing: Framing::Protobuf(WatchFramer::default(), kind),
-        }
-    }
-
-    /// Whether this reader reads protobuf.
-    pub fn is_protobuf(&self) -> bool {
-        !matches!(self.framing, Framing::Json(_))
-    }
-
-    /// Adds the next chunk of the body.
-    pub fn push(&mut self, chunk: Bytes) {
-        match &mut self.framing {
-            Framing::Json(decoder) => decoder.push(chunk),
-            #[cfg(feature = "protobuf")]
-            Framing::Protobuf(framer, _) => framer.push_bytes(chunk),
-        }
-    }
-
-    /// The next whole frame's event, if one has arrived; `what` names the watch in errors.
-    ///
-    /// # Errors
-    ///
-    /// As [`decode_event`]; a protobuf frame that cannot be read is `Error::Protobuf`.
-    pub fn next_event<K: WatchObject>(&mut self, what: &str) -> Option<Result<WatchEvent<K>>> {
-        match &mut self.framing {
-            Framing::Json(decoder) => Some(decode_event(&decoder.next_frame()?, what)),
-            #[cfg(feature = "protobuf")]
-            Framing::Protobuf(framer, kind) => match framer.next_frame() {
-                Ok(frame) => Some(decode_protobuf_event(*kind, &frame?, what)),
-                Err(e) => Some(Err(Error::Protobuf {
-                    what: format!("a watch frame from {what}"),
-                    source: e.into(),
-                })),
-            },
-        }
-    }
-
-    /// How many bytes of an unfinished frame are held (for JSON, ignoring whitespace).
-    pub fn pending(&self) -> usize {
-        match &self.framing {
-            Framing::Json(decoder) => decoder.pending(),
-            #[cfg(feature = "protobuf")]
-            Framing::Protobuf(framer, _) => framer.pending(),
-        }
-    }
-
-    /// Reads `kind` as JSON from now on in `refusals` if `event` failed on a field the
-    /// tables do not know, so the relist that follows the error reads JSON.
-    #[cfg(feature = "protobuf")]
-    fn refuse_if_unknown<K>(&self, event: &Result<K>, refusals: &Refusals, what: &str) {
-        if let (
-            Framing::Protobuf(_, kind),
-            Err(Error::Protobuf {
-                source: source @ proto_json::Error::UnknownField { .. },
-                ..
-            }),
-        ) = (&self.framing, event)
-        {
-            tracing::warn!(%source, url = what, "reading this kind as JSON from now on");
-            refusals.refuse(*kind);
-        }
-    }
-}
-
-/// The events of one watch, decoded as they arrive.
-///
-/// The stream ends (`next` returns `None`) when the server closes the watch, normally after
-/// its `timeoutSeconds`. After an error, it yields `None`: a watch that went wrong is over,
-/// and the caller starts a new one or lists again.
-pub struct WatchStream<K> {
-    body: Option<Incoming>,
-    url: String,
-    reader: EventReader,
-    /// The client's refusals, which a protobuf field the tables do not know adds to.
-    #[cfg(feature = "protobuf")]
-    refusals: Option<Arc<Refusals>>,
-    _kind: PhantomData<fn() -> K>,
-}
-
-impl<K> std::fmt::Debug for WatchStream<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WatchStream")
-            .field("url", &self.url)
-            .field("open", &self.body.is_some())
-            .finish()
-    }
-}
-
-impl<K: WatchObject> WatchStream<K> {
-    /// A stream of newline-delimited JSON events over `body`.
-    pub(crate) fn json(body: Incoming, url: String) -> Self {
-        WatchStream {
-            body: Some(body),
-            url,
-            reader: EventReader::json(),
-            #[cfg(feature = "protobuf")]
-            refusals: None,
-            _kind: PhantomData,
-        }
-    }
-
-    /// A stream of protobuf events of `kind` over `body`; a field the tables do not know
-    /// refuses `kind` in `refusals`.
-    #[cfg(feature = "protobuf")]
-    pub(crate) fn protobuf(
-        body: Incoming,
-        url: String,
-        kind: ProtoKind,
-        refusals: Arc<Refusals>,
-    ) -> Self {
-        WatchStream {
-            body: Some(body),
-            url,
-            reader: EventReader::protobuf_of(kind),
-            refusals: Some(refusals),
-            _kind: PhantomData,
-        }
-    }
-
-    /// Whether the server sends this watch as protobuf.
-    pub fn is_protobuf(&self) -> bool {
-        self.reader.is_protobuf()
-    }
-
-    /// The URL this watch reads.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// The next event, or `None` once the watch has ended.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Api`] for an `ERROR` frame (the server's `Status`; a 410 means the requested
-    /// resourceVersion is gone), [`Error::Decode`] for a frame that is not a valid event,
-    /// [`Error::TruncatedFrame`] if the body ends mid-frame, [`Error::Body`] if the
-    /// connection fails. Each ends the stream.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a frame read but not yet returned stays buffered for the next call.
-    pub async fn next(&mut self) -> Option<Result<WatchEvent<K>>> {
-        loop {
-            if let Some(event) = self.reader.next_event(&self.url) {
-                if event.is_err() {
-                    self.body = None;
-                    #[cfg(feature = "protobuf")]
-                    if let Some(refusals) = &self.refusals {
-                        self.reader.refuse_if_unknown(&event, refusals, &self.url);
-                    }
-                }
-                return Some(event);
-            }
-            let body = self.body.as_mut()?;
-            match body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.reader.push(data);
-                    }
-                }
-                Some(Err(source)) => {
-                    self.body = None;
-                    return Some(Err(Error::Body {
-                        url: self.url.clone(),
-                        source,
-                    }));
-                }
-                None => {
-                    self.body = None;
-                    let len = self.reader.pending();
-                    if len > 0 {
-                        return Some(Err(Error::TruncatedFrame {
-                            url: self.url.clone(),
-                            len,
-                        }));
-                    }
-                    return None;
-                }
-            }
-        }
+/// A frame from the watch `what` that is not an event.
+fn bad_frame(frame: &[u8], what: &str, source: serde_json::Error) -> Error {
+    Error::Decode {
+        what: format!("a watch frame from {what}"),
+        source,
+        snippet: snippet(frame, 200),
     }
 }
 
@@ -547,35 +246,6 @@ impl<K: WatchObject> WatchStream<K> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
-
-    fn frames(chunks: &[&[u8]]) -> Vec<String> {
-        let mut d = FrameDecoder::new();
-        let mut out = Vec::new();
-        for c in chunks {
-            d.push(Bytes::copy_from_slice(c));
-            while let Some(f) = d.next_frame() {
-                out.push(String::from_utf8(f.to_vec()).unwrap());
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn frames_split_across_chunks_are_joined() {
-        assert_eq!(
-            frames(&[b"{\"a\":1}\n{\"b\"", b":2", b"}\n{\"c\":3}\n"]),
-            ["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]
-        );
-    }
-
-    #[test]
-    fn blank_lines_are_skipped_and_a_partial_tail_is_pending() {
-        let mut d = FrameDecoder::new();
-        d.push(Bytes::from_static(b"\n{\"a\":1}\n\n{\"b\""));
-        assert_eq!(d.next_frame().as_deref(), Some(&b"{\"a\":1}"[..]));
-        assert_eq!(d.next_frame(), None);
-        assert_eq!(d.pending(), 4);
-    }
 
     #[test]
     fn added_event_decodes_into_the_typed_object() {
@@ -648,6 +318,7 @@ mod tests {
 mod protobuf_tests {
     use super::*;
     use crate::client::codec::protobuf::tests::ld;
+    use crate::client::codec::{Format, decode};
     use k8s_openapi::api::core::v1::ConfigMap;
 
     /// A watch frame: `type`, then the object as `RawExtension { raw: k8s\0 Unknown }`.
@@ -655,6 +326,10 @@ mod protobuf_tests {
         let type_meta = [ld(1, b"v1"), ld(2, kind.as_bytes())].concat();
         let envelope = [b"k8s\0".to_vec(), ld(1, &type_meta), ld(2, raw)].concat();
         [ld(1, event_type.as_bytes()), ld(2, &ld(1, &envelope))].concat()
+    }
+
+    fn decode_protobuf(frame: &[u8], what: &str) -> Result<WatchEvent<Raw<ConfigMap>>> {
+        decode(Format::Protobuf(kind()), frame, what)
     }
 
     fn kind() -> ProtoKind {
@@ -671,12 +346,7 @@ mod protobuf_tests {
             vec![6 << 3, 0x9a, 0x03],
         ]
         .concat();
-        let err = decode_protobuf_event::<Raw<ConfigMap>>(
-            kind(),
-            &frame("ERROR", "Status", &status),
-            "w",
-        )
-        .unwrap_err();
+        let err = decode_protobuf(&frame("ERROR", "Status", &status), "w").unwrap_err();
         assert!(err.is_gone(), "{err}");
         assert_eq!(
             err.to_string(),
@@ -689,12 +359,7 @@ mod protobuf_tests {
         // ConfigMap { metadata: { resourceVersion: "12", annotations: {end: "true"} } }.
         let annotation = [ld(1, INITIAL_EVENTS_END.as_bytes()), ld(2, b"true")].concat();
         let meta = [ld(6, b"12"), ld(12, &annotation)].concat();
-        let event = decode_protobuf_event::<Raw<ConfigMap>>(
-            kind(),
-            &frame("BOOKMARK", "ConfigMap", &ld(1, &meta)),
-            "w",
-        )
-        .unwrap();
+        let event = decode_protobuf(&frame("BOOKMARK", "ConfigMap", &ld(1, &meta)), "w").unwrap();
         let WatchEvent::Bookmark(b) = event else {
             panic!("not a bookmark: {event:?}")
         };
@@ -705,14 +370,9 @@ mod protobuf_tests {
     #[test]
     fn an_unknown_event_type_or_a_garbled_frame_is_an_error() {
         let meta = ld(1, &ld(1, b"a"));
-        let err = decode_protobuf_event::<Raw<ConfigMap>>(
-            kind(),
-            &frame("RENAMED", "ConfigMap", &meta),
-            "w",
-        )
-        .unwrap_err();
+        let err = decode_protobuf(&frame("RENAMED", "ConfigMap", &meta), "w").unwrap_err();
         assert!(matches!(err, Error::Decode { .. }), "{err}");
-        let err = decode_protobuf_event::<Raw<ConfigMap>>(kind(), b"\x0a\x05AD", "w").unwrap_err();
+        let err = decode_protobuf(b"\x0a\x05AD", "w").unwrap_err();
         assert!(matches!(err, Error::Protobuf { .. }), "{err}");
         assert!(
             err.to_string()
