@@ -5,18 +5,18 @@
 //! every watch frame to [`decode`].
 //!
 //! ```text
-//!  Codec::format::<K>() ──▶ Format::Json | Format::Protobuf(kind) ──▶ the Accept header
-//!  the Content-Type ──▶ Format::arrived ──▶ the Format the body is decoded with
+//!  request:   Codec::format::<K>() ──▶ Format::Json | Format::Protobuf(kind) ──▶ Accept
+//!  response:  Content-Type ──▶ Format::arrived ──▶ the Format to decode with
 //!
-//!  list body ─────────────────────────────────────────────┐
-//!  watch body ──▶ EventReader cuts frames:                  │
-//!                   JSON lines (FrameDecoder)               │
-//!                   length-prefixed protobuf (WatchFramer)  │
-//!                        └─────────────────────────────────┴─▶ decode(format, bytes)
-//!                                                    ──▶ ObjectList<K> │ WatchEvent<K>
-//!   JSON:     scan (one validating pass) ──▶ Raw<K>; serde for any other WatchObject
-//!   protobuf: protobuf (envelope, list, event) ──▶ proto_json, by proto_schema's
-//!             proto_tables (generated) ──▶ Raw<K>, the same JSON the server would send
+//!  watch body ──▶ EventReader cuts frames:        list body
+//!                   JSON lines (FrameDecoder)         │
+//!                   length-prefixed (WatchFramer)     │
+//!                        │ one frame                  │ the whole body
+//!                        ▼                            ▼
+//!                 decode(format, bytes) ──▶ WatchEvent<K> | ObjectList<K>
+//!                   JSON:     scan (one validating pass) ──▶ Raw<K>; serde for other types
+//!                   protobuf: protobuf (envelope, list, event) ──▶ proto_json, with the
+//!                             tables of proto_schema (proto_tables, generated) ──▶ Raw<K>
 //! ```
 //!
 //! Only [`Raw`] of a built-in kind has a protobuf form; everything else, and everything
