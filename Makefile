@@ -98,9 +98,9 @@ deploy:
 undeploy:
 	$(KUBECTL) delete -k config/default --ignore-not-found
 
-## protoschema: regenerate src/client/proto_tables.rs (protobuf field tables) from k8s.io/api
+## protoschema: regenerate src/client/codec/proto_tables.rs (protobuf field tables) from k8s.io/api
 protoschema:
-	cd tools/protoschema && go run . ../../src/client/proto_tables.rs
+	cd tools/protoschema && go run . ../../src/client/codec/proto_tables.rs
 
 ## cluster: start the real local cluster (or report the running one); writes target/testenv/kubeconfig
 cluster: testenv

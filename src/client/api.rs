@@ -4,44 +4,22 @@ use std::fmt::Debug;
 use std::marker::PhantomData;
 
 use http::Method;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::codec::{self, Format, ObjectList, WatchObject};
 use super::dynamic::{ApiResource, DynamicObject};
 use super::error::{Error, Result, Status};
 use super::params::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Query, WatchParams};
-use super::watch::{WatchObject, WatchStream};
+use super::watch::WatchStream;
 use super::{Client, Req};
-#[cfg(feature = "protobuf")]
-use super::{proto_json, protobuf};
 
 const ACCEPT_METADATA: &str =
     "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
 const ACCEPT_METADATA_LIST: &str =
     "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
-
-/// One page of a list: the items and the list's metadata (`resourceVersion`, `continue`).
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(bound(deserialize = "K: Deserialize<'de>"))]
-pub struct ObjectList<K> {
-    /// The list's metadata: the `resourceVersion` the list was read at, and the `continue`
-    /// token if more pages follow.
-    #[serde(default)]
-    pub metadata: ListMeta,
-    /// The objects.
-    #[serde(default = "Vec::new", deserialize_with = "null_as_empty")]
-    pub items: Vec<K>,
-}
-
-fn null_as_empty<'de, D, K>(d: D) -> Result<Vec<K>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    K: Deserialize<'de>,
-{
-    Ok(Option::<Vec<K>>::deserialize(d)?.unwrap_or_default())
-}
 
 /// An object's type and metadata without its spec or status, as the metadata-only API
 /// serves it: a fraction of the bytes for controllers that need only names, labels and owners.
@@ -208,30 +186,21 @@ impl<K: WatchObject> Api<K> {
         let mut q = Query::default();
         params.write_query(&mut q);
         let path = format!("{}{}", self.collection_path(), q.as_str());
-        #[cfg(feature = "protobuf")]
-        if let Some(kind) = self.client.protobuf_kind::<K>() {
-            let mut req = Req::new(Method::GET, path.clone());
-            req.accept = super::ACCEPT_PROTOBUF;
-            let (protobuf, body) = self.client.request_body(req).await?;
-            if !protobuf {
-                return super::decode_json(format!("the list {path}"), &body);
+        let format = self.client.codec().format::<K>();
+        match self.list_as(format, &path).await {
+            // A server newer than our tables: the codec reads this kind as JSON from now on.
+            Err(e) if self.client.codec().refused(format, &e) => {
+                self.list_as(Format::Json, &path).await
             }
-            match read_protobuf_list(kind, &body) {
-                Ok(list) => return Ok(list),
-                Err(source @ proto_json::Error::UnknownField { .. }) => {
-                    // A server newer than our tables: JSON for this kind from now on.
-                    tracing::warn!(%source, path, "reading this kind as JSON from now on");
-                    self.client.inner.refusals.refuse(kind);
-                }
-                Err(source) => {
-                    return Err(Error::Protobuf {
-                        what: format!("the list {path}"),
-                        source,
-                    });
-                }
-            }
+            result => result,
         }
-        self.client.request_json(Req::new(Method::GET, path)).await
+    }
+
+    /// GETs the list at `path`, asking for `format`, and decodes it as it arrives.
+    async fn list_as(&self, format: Format, path: &str) -> Result<ObjectList<K>> {
+        let req = Req::new(Method::GET, path.to_owned()).format(format);
+        let (arrived, body) = self.client.request_body(req).await?;
+        codec::decode(arrived, &body, path)
     }
 
     /// Lists every object, following continue tokens page by page. The result's metadata
@@ -269,31 +238,6 @@ impl<K: WatchObject> Api<K> {
         let path = format!("{}{}", self.collection_path(), q.as_str());
         self.client.request_watch(Req::new(Method::GET, path)).await
     }
-}
-
-/// Reads a protobuf list body of `kind`.
-#[cfg(feature = "protobuf")]
-fn read_protobuf_list<K: WatchObject>(
-    kind: proto_json::ProtoKind,
-    body: &[u8],
-) -> proto_json::Result<ObjectList<K>> {
-    let envelope = protobuf::envelope(body)?;
-    let list = protobuf::list(envelope.raw)?;
-    let items = list
-        .items
-        .iter()
-        .map(|item| K::from_protobuf(kind, item))
-        .collect::<proto_json::Result<Vec<K>>>()?;
-    let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
-    Ok(ObjectList {
-        metadata: ListMeta {
-            resource_version: nonempty(list.resource_version),
-            continue_: nonempty(list.continue_token),
-            remaining_item_count: list.remaining_item_count,
-            ..ListMeta::default()
-        },
-        items,
-    })
 }
 
 // === verbs ===
@@ -515,13 +459,5 @@ mod tests {
             assert!(check_name(bad).is_err(), "{bad:?} accepted");
         }
         check_name("web-1.example").unwrap();
-    }
-
-    #[test]
-    fn a_list_with_null_items_is_empty() {
-        let list: ObjectList<serde_json::Value> =
-            serde_json::from_str(r#"{"metadata":{"resourceVersion":"5"},"items":null}"#).unwrap();
-        assert!(list.items.is_empty());
-        assert_eq!(list.metadata.resource_version.as_deref(), Some("5"));
     }
 }

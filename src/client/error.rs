@@ -5,6 +5,8 @@ use std::time::Duration;
 
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 
+use super::codec::{Format, decode_status};
+
 /// `Result` with the client's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -67,7 +69,7 @@ pub enum Error {
         what: String,
         /// What was wrong with it.
         #[source]
-        source: super::proto_json::Error,
+        source: super::codec::proto_json::Error,
     },
 
     /// A watch stream ended in the middle of a frame.
@@ -208,24 +210,10 @@ impl Error {
     }
 }
 
-/// The `Status` of an error response: its body's, read as protobuf if `protobuf` (its
-/// Content-Type said so) or as JSON, else one made from the HTTP status code.
-pub(crate) fn status_from_response(code: u16, protobuf: bool, body: &[u8]) -> Status {
-    #[cfg(feature = "protobuf")]
-    let decoded = if protobuf {
-        super::protobuf::envelope(body)
-            .ok()
-            .filter(|e| e.kind == "Status")
-            .and_then(|e| super::protobuf::status(e.raw).ok())
-    } else {
-        serde_json::from_slice::<Status>(body).ok()
-    };
-    #[cfg(not(feature = "protobuf"))]
-    let decoded = {
-        let _ = protobuf;
-        serde_json::from_slice::<Status>(body).ok()
-    };
-    if let Some(mut status) = decoded
+/// The `Status` of an error response: its body's, read in the `format` it arrived in, else
+/// one made from the HTTP status code.
+pub(crate) fn status_from_response(code: u16, format: Format, body: &[u8]) -> Status {
+    if let Some(mut status) = decode_status(format, body)
         && (status.code.is_some() || status.reason.is_some() || status.message.is_some())
     {
         status.code.get_or_insert(i32::from(code));
@@ -262,7 +250,7 @@ mod tests {
     #[test]
     fn status_body_is_kept_with_its_reason_and_message() {
         let body = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"configmaps \"x\" not found","reason":"NotFound","details":{"name":"x","kind":"configmaps"},"code":404}"#;
-        let err = Error::Api(Box::new(status_from_response(404, false, body)));
+        let err = Error::Api(Box::new(status_from_response(404, Format::Json, body)));
         assert!(err.is_not_found());
         assert!(!err.is_conflict());
         assert_eq!(err.reason(), Some("NotFound"));
@@ -273,7 +261,7 @@ mod tests {
     fn a_body_that_is_not_a_status_becomes_one_from_the_code() {
         let err = Error::Api(Box::new(status_from_response(
             429,
-            false,
+            Format::Json,
             b"slow down <html>",
         )));
         assert!(err.is_too_many_requests());
@@ -284,14 +272,14 @@ mod tests {
     #[test]
     fn expired_continue_token_is_gone_and_expired() {
         let body = br#"{"kind":"Status","status":"Failure","message":"The provided continue parameter is too old","reason":"Expired","code":410}"#;
-        let err = Error::Api(Box::new(status_from_response(410, false, body)));
+        let err = Error::Api(Box::new(status_from_response(410, Format::Json, body)));
         assert!(err.is_gone() && err.is_expired());
     }
 
     #[test]
     fn too_large_resource_version_is_recognised_by_its_cause() {
         let body = br#"{"kind":"Status","status":"Failure","message":"Timeout: Too large resource version: 100, current: 5","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#;
-        let err = Error::Api(Box::new(status_from_response(504, false, body)));
+        let err = Error::Api(Box::new(status_from_response(504, Format::Json, body)));
         assert!(err.is_resource_version_too_large());
         assert!(err.is_server_timeout());
         assert!(!err.is_gone());

@@ -1,5 +1,5 @@
 //! The Kubernetes API client: HTTP/1.1 and HTTP/2 over rustls, typed and dynamic APIs, and
-//! incremental watch decoding.
+//! watches decoded as they arrive.
 //!
 //! ```text
 //!  Config ──▶ Client ─┬─▶ Api<K>  (typed: k8s-openapi kinds and custom resources)
@@ -9,11 +9,14 @@
 //!  every request: token bucket (QPS, burst) ─▶ credentials ─▶ hyper (pooled; h2 by ALPN)
 //!                 ◀── 429/503 + Retry-After: wait and resend; 401: refresh credentials once
 //!                 ◀── error body ─▶ Error::Api(Status)
+//!  lists and watches: the codec picks the format to ask for and decodes what arrives
 //! ```
 //!
-//! With the `protobuf` feature (on by default), lists and watches of [`Raw`] of a built-in
-//! kind (what informers cache) ask for the apiserver's protobuf form, which it encodes about
-//! twice as fast, and transcode it into the same JSON the server would have sent
+//! This module is the HTTP side; the wire codec (frame cutting, the JSON scanner, [`Raw`],
+//! protobuf and its transcoder into JSON) sits behind one seam in `codec`. With the
+//! `protobuf` feature (on by default), lists and watches of [`Raw`] of a built-in kind (what
+//! informers cache) ask for the apiserver's protobuf form, which it encodes about twice as
+//! fast, and transcode it into the same JSON the server would have sent
 //! ([`ClientOptions::protobuf`] turns it off for one client).
 //!
 //! A [`Client`] is cheap to clone; clones share one connection pool. Against a server that
@@ -58,21 +61,12 @@ macro_rules! object_via_metadata {
 }
 
 mod api;
+mod codec;
 mod dynamic;
 mod error;
 mod lister_watcher;
 mod params;
-#[cfg(feature = "protobuf")]
-pub(crate) mod proto_json;
-#[cfg(feature = "protobuf")]
-mod proto_schema;
-#[cfg(feature = "protobuf")]
-mod proto_tables;
-#[cfg(feature = "protobuf")]
-pub(crate) mod protobuf;
 mod rate_limit;
-mod raw;
-mod scan;
 mod tls;
 mod watch;
 
@@ -90,7 +84,15 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::de::DeserializeOwned;
 
-pub use api::{Api, DeleteResult, ObjectList, PartialObjectMetadata};
+pub use api::{Api, DeleteResult, PartialObjectMetadata};
+#[cfg(feature = "protobuf")]
+pub use codec::ProtoKind;
+#[cfg(feature = "protobuf")]
+pub use codec::proto_json::Error as ProtobufError;
+pub use codec::{
+    Bookmark, BookmarkMeta, EventReader, FrameDecoder, INITIAL_EVENTS_END, MetaView, ObjectList,
+    OwnerRefView, Raw, WatchEvent, WatchObject, decode_event,
+};
 pub use dynamic::{ApiResource, DynamicObject};
 pub use error::{Error, Result, Status};
 pub use lister_watcher::{ApiEventStream, ApiListerWatcher};
@@ -98,16 +100,11 @@ pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,
 };
-#[cfg(feature = "protobuf")]
-pub use proto_json::{Error as ProtobufError, ProtoKind};
-pub use raw::{MetaView, OwnerRefView, Raw};
-pub use watch::{
-    Bookmark, BookmarkMeta, EventReader, FrameDecoder, INITIAL_EVENTS_END, WatchEvent, WatchObject,
-    WatchStream, decode_event,
-};
+pub use watch::WatchStream;
 
 use crate::config::{Config, Credentials};
-use error::{snippet, status_from_response};
+use codec::{Codec, Format, decode_json};
+use error::status_from_response;
 use rate_limit::TokenBucket;
 
 /// The client-side rate limit: `qps` requests a second sustained, `burst` at once.
@@ -228,11 +225,8 @@ struct Inner {
     user_agent: HeaderValue,
     timeout: Option<Duration>,
     max_retries: u32,
-    #[cfg_attr(not(feature = "protobuf"), allow(dead_code))]
-    protobuf: bool,
-    /// The kinds this client reads as JSON though they have a protobuf form.
-    #[cfg(feature = "protobuf")]
-    refusals: Arc<proto_json::Refusals>,
+    /// Which wire format lists and watches ask for.
+    codec: Arc<Codec>,
     default_namespace: String,
     source: String,
     /// Told of every attempt; see [`ClientOptions::observer`].
@@ -250,11 +244,6 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// What a list or watch of a built-in kind accepts: protobuf, or JSON if the server has no
-/// protobuf form of it.
-#[cfg(feature = "protobuf")]
-pub(crate) const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
-
 /// One request, before it is sent (perhaps several times).
 pub(crate) struct Req {
     pub(crate) method: Method,
@@ -262,7 +251,10 @@ pub(crate) struct Req {
     pub(crate) path: String,
     pub(crate) body: Bytes,
     pub(crate) content_type: Option<&'static str>,
+    /// The JSON media type to accept: plain, or as metadata only.
     pub(crate) accept: &'static str,
+    /// The wire format asked for; protobuf replaces `accept`.
+    pub(crate) format: Format,
 }
 
 impl Req {
@@ -273,7 +265,13 @@ impl Req {
             body: Bytes::new(),
             content_type: None,
             accept: "application/json",
+            format: Format::Json,
         }
+    }
+
+    pub(crate) fn format(mut self, format: Format) -> Self {
+        self.format = format;
+        self
     }
 
     pub(crate) fn json_body(mut self, body: Vec<u8>) -> Self {
@@ -377,9 +375,7 @@ impl Client {
                 user_agent,
                 timeout: options.timeout,
                 max_retries: options.max_retries,
-                protobuf: options.protobuf,
-                #[cfg(feature = "protobuf")]
-                refusals: Arc::default(),
+                codec: Arc::new(Codec::new(options.protobuf)),
                 default_namespace: config.default_namespace,
                 source: config.source,
                 observer: options.observer,
@@ -393,12 +389,9 @@ impl Client {
         &self.inner.default_namespace
     }
 
-    /// The protobuf form to ask for when listing or watching `K`: `K`'s, unless the client
-    /// was built with [`ClientOptions::protobuf`] off or has met a message of `K` holding a
-    /// field its tables do not know.
-    #[cfg(feature = "protobuf")]
-    pub(crate) fn protobuf_kind<K: WatchObject>(&self) -> Option<proto_json::ProtoKind> {
-        K::protobuf_kind().filter(|&kind| self.inner.protobuf && self.inner.refusals.usable(kind))
+    /// Which wire format this client's lists and watches ask for.
+    pub(crate) fn codec(&self) -> &Codec {
+        &self.inner.codec
     }
 
     /// The server's base URL.
@@ -454,7 +447,7 @@ impl Client {
                 .method(req.method.clone())
                 .uri(&url)
                 .header(USER_AGENT, self.inner.user_agent.clone())
-                .header(ACCEPT, req.accept);
+                .header(ACCEPT, req.format.accept(req.accept));
             if let Some(ct) = req.content_type {
                 builder = builder.header(CONTENT_TYPE, ct);
             }
@@ -503,33 +496,42 @@ impl Client {
         Ok(self.request_body(req).await?.1)
     }
 
-    /// Sends `req` and returns the whole body of a 2xx answer, and whether it is protobuf.
-    pub(crate) async fn request_body(&self, req: Req) -> Result<(bool, Bytes)> {
-        let url = || format!("{}{}", self.inner.base, req.path);
+    /// Sends `req` and returns a 2xx answer and the format it arrived in; any other answer
+    /// is [`Error::Api`] with the server's `Status`.
+    async fn send_ok(&self, req: &Req) -> Result<(Format, Response<Incoming>)> {
+        let response = self.send(req).await?;
+        let format = req.format.arrived(&response);
+        let status = response.status();
+        if status.is_success() {
+            return Ok((format, response));
+        }
+        let body = self.collect(req, response).await?;
+        let status = status_from_response(status.as_u16(), format, &body);
+        Err(Error::Api(Box::new(status)))
+    }
+
+    /// The whole body of `response` to `req`.
+    async fn collect(&self, req: &Req, response: Response<Incoming>) -> Result<Bytes> {
+        let body = response.into_body().collect().await;
+        body.map(|b| b.to_bytes()).map_err(|source| Error::Body {
+            url: format!("{}{}", self.inner.base, req.path),
+            source,
+        })
+    }
+
+    /// Sends `req` and returns the whole body of a 2xx answer, and the format it arrived in.
+    pub(crate) async fn request_body(&self, req: Req) -> Result<(Format, Bytes)> {
         let fut = async {
-            let response = self.send(&req).await?;
-            let status = response.status();
-            let protobuf = arrived_as_protobuf(&response);
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|source| Error::Body { url: url(), source })?
-                .to_bytes();
-            if status.is_success() {
-                Ok((protobuf, body))
-            } else {
-                Err(Error::Api(Box::new(status_from_response(
-                    status.as_u16(),
-                    protobuf,
-                    &body,
-                ))))
-            }
+            let (format, response) = self.send_ok(&req).await?;
+            Ok((format, self.collect(&req, response).await?))
         };
         match self.inner.timeout {
             Some(after) => tokio::time::timeout(after, fut)
                 .await
-                .map_err(|_| Error::Timeout { url: url(), after })?,
+                .map_err(|_| Error::Timeout {
+                    url: format!("{}{}", self.inner.base, req.path),
+                    after,
+                })?,
             None => fut.await,
         }
     }
@@ -540,76 +542,14 @@ impl Client {
         decode_json(what, &body)
     }
 
-    /// Starts a watch of `K`: as protobuf if `K` has a protobuf form this client reads
-    /// (falling back to JSON), and the stream reads whichever the server sends.
+    /// Starts a watch of `K` in the format the codec chooses for `K`; the stream reads
+    /// whichever format the server sends.
     pub(crate) async fn request_watch<K: WatchObject>(&self, req: Req) -> Result<WatchStream<K>> {
-        #[cfg(feature = "protobuf")]
-        let mut req = req;
-        #[cfg(feature = "protobuf")]
-        let protobuf = self.protobuf_kind::<K>();
-        #[cfg(feature = "protobuf")]
-        if protobuf.is_some() {
-            req.accept = ACCEPT_PROTOBUF;
-        }
-        let response = self.send(&req).await?;
-        let status = response.status();
+        let req = req.format(self.inner.codec.format::<K>());
+        let (format, response) = self.send_ok(&req).await?;
         let url = format!("{}{}", self.inner.base, req.path);
-        let arrived_protobuf = arrived_as_protobuf(&response);
-        if !status.is_success() {
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|source| Error::Body {
-                    url: url.clone(),
-                    source,
-                })?
-                .to_bytes();
-            return Err(Error::Api(Box::new(status_from_response(
-                status.as_u16(),
-                arrived_protobuf,
-                &body,
-            ))));
-        }
-        #[cfg(feature = "protobuf")]
-        if let Some(kind) = protobuf
-            && arrived_protobuf
-        {
-            let refusals = self.inner.refusals.clone();
-            return Ok(WatchStream::protobuf(
-                response.into_body(),
-                url,
-                kind,
-                refusals,
-            ));
-        }
-        Ok(WatchStream::json(response.into_body(), url))
-    }
-}
-
-/// Decodes a JSON body; `what` names it in the error.
-pub(crate) fn decode_json<T: DeserializeOwned>(what: String, body: &[u8]) -> Result<T> {
-    serde_json::from_slice(body).map_err(|source| Error::Decode {
-        what,
-        source,
-        snippet: snippet(body, 200),
-    })
-}
-
-/// Whether `response` is protobuf, as its Content-Type says: the one test of which wire
-/// format arrived. Asked for protobuf, a server may still answer JSON (a custom resource, or
-/// a server without it); without the `protobuf` feature nothing asks for it.
-fn arrived_as_protobuf<B>(response: &Response<B>) -> bool {
-    #[cfg(feature = "protobuf")]
-    return response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with(protobuf::MEDIA_TYPE));
-    #[cfg(not(feature = "protobuf"))]
-    {
-        let _ = response;
-        false
+        let codec = self.inner.codec.clone();
+        Ok(WatchStream::new(response.into_body(), url, format, codec))
     }
 }
 

@@ -1,4 +1,4 @@
-// Command protoschema generates src/client/proto_tables.rs: for every built-in kind that
+// Command protoschema generates src/client/codec/proto_tables.rs: for every built-in kind that
 // client-go's scheme knows, how its protobuf message maps to its JSON form, in the types of
 // src/client/proto_schema.rs.
 //
@@ -9,10 +9,10 @@
 //
 // Usage:
 //
-//	go run . ../../src/client/proto_tables.rs          write the file
-//	go run . --check ../../src/client/proto_tables.rs  fail if the file is not current
-//	go run . -                                         write to stdout
-//	go run . --notes -                                 also print the odd cases to stderr
+//	go run . ../../src/client/codec/proto_tables.rs          write the file
+//	go run . --check ../../src/client/codec/proto_tables.rs  fail if the file is not current
+//	go run . -                                               write to stdout
+//	go run . --notes -                                       also print the odd cases to stderr
 package main
 
 import (
@@ -33,7 +33,7 @@ import (
 const apiVersion = "v0.36.3"
 
 // regenerate is the command that rewrites the committed file, run from the repository root.
-const regenerate = "cd tools/protoschema && go run . ../../src/client/proto_tables.rs"
+const regenerate = "cd tools/protoschema && go run . ../../src/client/codec/proto_tables.rs"
 
 func main() {
 	check := flag.Bool("check", false, "compare FILE with what would be generated instead of writing it")

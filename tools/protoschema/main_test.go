@@ -30,12 +30,12 @@ func messageOf(t *testing.T, tb *tables, v any) (int, *message) {
 }
 
 func TestCommittedFileIsCurrent(t *testing.T) {
-	have, err := os.ReadFile("../../src/client/proto_tables.rs")
+	have, err := os.ReadFile("../../src/client/codec/proto_tables.rs")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(have, mustBuild(t).render()) {
-		t.Fatalf("src/client/proto_tables.rs is stale; regenerate with\n\t%s", regenerate)
+		t.Fatalf("src/client/codec/proto_tables.rs is stale; regenerate with\n\t%s", regenerate)
 	}
 }
 

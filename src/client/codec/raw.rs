@@ -33,7 +33,7 @@ use super::scan::{self, ObjectFields, StrSpan};
 /// and `metadata.name`, `namespace`, `resourceVersion` and `uid` are strings where present.
 /// What is not: the rest of `K`'s schema, which [`decode`](Self::decode) checks.
 ///
-/// `Raw<K>` is a [`k8s_openapi::Resource`] when `K` is, so [`Api`](super::Api) and the
+/// `Raw<K>` is a [`k8s_openapi::Resource`] when `K` is, so [`Api`](crate::client::Api) and the
 /// informer factory serve it like `K`:
 ///
 /// ```
@@ -366,7 +366,7 @@ impl<K> Raw<K> {
     }
 
     /// Decodes the object into any type: a smaller view of it, or
-    /// [`PartialObjectMetadata`](super::PartialObjectMetadata) for its whole metadata.
+    /// [`PartialObjectMetadata`](crate::client::PartialObjectMetadata) for its whole metadata.
     ///
     /// # Errors
     ///

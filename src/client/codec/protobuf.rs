@@ -26,6 +26,8 @@ use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::client::error::Status;
+
 /// The four bytes every protobuf body from the apiserver starts with.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
 
@@ -407,8 +409,8 @@ pub fn object_meta(object: &[u8]) -> Result<ObjectMeta<'_>> {
 /// # Errors
 ///
 /// If the status is malformed.
-pub fn status(raw: &[u8]) -> Result<super::Status> {
-    let mut status = super::Status::default();
+pub fn status(raw: &[u8]) -> Result<Status> {
+    let mut status = Status::default();
     for_each(raw, |field, at| {
         match (field.number, field.value) {
             (2, _) => status.status = Some(field.str("status", at)?.to_owned()),
@@ -754,7 +756,7 @@ pub(crate) mod tests {
     /// `testdata/watch/record-configmaps-protobuf.sh`, fed in uneven chunks.
     #[test]
     fn recorded_watch_decodes_to_its_events() {
-        let body = include_bytes!("../../testdata/watch/configmaps-3.pb");
+        let body = include_bytes!("../../../testdata/watch/configmaps-3.pb");
         let mut framer = WatchFramer::default();
         let mut frames = Vec::new();
         for chunk in body.chunks(97) {

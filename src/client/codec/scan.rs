@@ -832,7 +832,7 @@ mod tests {
     /// with long escaped strings.
     #[test]
     fn damaged_recorded_frames_are_judged_as_serde_json_judges_them() {
-        let recorded = include_str!("../../testdata/watch/configmaps-1200.jsonl");
+        let recorded = include_str!("../../../testdata/watch/configmaps-1200.jsonl");
         let frames: Vec<&[u8]> = recorded.lines().map(str::as_bytes).collect();
         // xorshift64: the same damage on every run.
         let mut state = 0x9E37_79B9_7F4A_7C15_u64;
