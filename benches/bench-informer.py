@@ -31,19 +31,15 @@ and what a read costs the first and the second time.
 Every JSON line of every round is kept in target/bench-informer/rounds.jsonl.
 """
 
-import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
-from collections import defaultdict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT_DIR = os.path.join(ROOT, "target", "bench-informer")
-OURS = os.path.join(ROOT, "target", "release", "informer-bench")
+import harness
+from harness import KUBECONFIG, fmt_ms, fmt_ratio, log
+
+OUT_DIR = os.path.join(harness.ROOT, "target", "bench-informer")
+OURS = harness.release_bin("informer-bench")
 THEIRS = os.path.join(OUT_DIR, "informer-peer")
-KUBECONFIG = os.path.join(ROOT, "target", "testenv", "kubeconfig")
 SYNC = "informer/configmaps"
 # Ours only: the runtime's cache (Raw, managedFields stripped) after every object was read
 # once through the typed path, and the cost of a second read.
@@ -60,36 +56,10 @@ MEMORY = [
 SYNC_OVER_LIST_TARGET = 1.2
 
 
-def log(message):
-    print(message, file=sys.stderr, flush=True)
-
-
 def build():
     log("bench-informer: building informer-bench (release) and the client-go peer")
-    subprocess.run(
-        ["cargo", "build", "--release", "--quiet", "-p", "informer-bench"], cwd=ROOT, check=True
-    )
-    os.makedirs(OUT_DIR, exist_ok=True)
-    subprocess.run(
-        ["go", "build", "-trimpath", "-o", THEIRS, "./cmd/informer-peer"],
-        cwd=os.path.join(ROOT, "benches", "clientgo"),
-        check=True,
-    )
-
-
-def ensure_cluster():
-    log("bench-informer: making sure the local cluster runs (make cluster)")
-    subprocess.run(["make", "--no-print-directory", "cluster"], cwd=ROOT, check=True,
-                   stdout=sys.stderr)
-
-
-def seed(opts):
-    log("bench-informer: seeding (existing objects are kept)")
-    subprocess.run(
-        [OURS, "--kubeconfig", opts.kubeconfig, "--namespace", opts.namespace, "seed",
-         "--configmaps", str(opts.configmaps), "--pods", str(opts.pods)],
-        check=True,
-    )
+    harness.cargo_build("--release", "-p", "informer-bench")
+    harness.go_build(THEIRS, "./cmd/informer-peer")
 
 
 def run(name, opts):
@@ -108,82 +78,45 @@ def run(name, opts):
             cmd.append("-json")
         if opts.only:
             cmd += ["-only", opts.only]
-    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
-    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
-
-
-def median(values):
-    return statistics.median(values) if values else None
-
-
-def fmt_ms(secs):
-    return "—" if secs is None else f"{secs * 1e3:.0f} ms"
-
-
-def fmt_ratio(a, b):
-    return "—" if a is None or not b else f"{a / b:.2f}"
+    records = harness.json_lines(cmd)
+    for rec in records:
+        if rec["impl"] == "ours":
+            wire = "-json" if rec["repr"] == "raw" and rec["wire"] == "json" else ""
+            rec["impl"] = f"ours/{rec['repr']}{wire}"
+    return records
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7, help="rounds of each program (default 7)")
-    parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    parser = harness.parser(__doc__, rounds=7)
     parser.add_argument("--no-seed", action="store_true", help="skip the cluster check and seeding")
     parser.add_argument("--kubeconfig", default=KUBECONFIG, help="default: the local cluster's")
     parser.add_argument("--namespace", default="bench-informer")
     parser.add_argument("--configmaps", type=int, default=10_000, help="ConfigMaps to seed")
     parser.add_argument("--pods", type=int, default=1_000, help="Pods to seed")
     parser.add_argument("--only", help="run only the workloads whose name contains this text")
-    opts = parser.parse_args()
-    if opts.rounds < 1:
-        parser.error("--rounds must be at least 1")
+    opts = harness.parse(parser)
 
     if not opts.no_build:
         build()
     if not opts.no_seed:
         if opts.kubeconfig == KUBECONFIG:
-            ensure_cluster()
-        seed(opts)
-    os.makedirs(OUT_DIR, exist_ok=True)
+            harness.ensure_cluster("bench-informer")
+        harness.seed("bench-informer", OURS, opts, opts.pods)
+    out_dir = harness.out_dir("bench-informer")
 
-    # (impl, workload) -> field -> [value per round]
-    results = defaultdict(lambda: defaultdict(list))
-    # (impl, workload) -> round -> record
-    by_round = defaultdict(dict)
-    with open(os.path.join(OUT_DIR, "rounds.jsonl"), "w") as raw:
-        for rnd in range(1, opts.rounds + 1):
-            order = ["ours/raw", "ours/raw-json", "ours/typed", "client-go", "client-go/json"]
-            if rnd % 2 == 0:
-                order.reverse()
-            for name in order:
-                log(f"bench-informer: round {rnd}/{opts.rounds}: {name}")
-                for rec in run(name, opts):
-                    rec["round"] = rnd
-                    if rec["impl"] == "ours":
-                        wire = "-json" if rec["repr"] == "raw" and rec["wire"] == "json" else ""
-                        rec["impl"] = f"ours/{rec['repr']}{wire}"
-                    raw.write(json.dumps(rec) + "\n")
-                    raw.flush()
-                    by_round[(rec["impl"], rec["workload"])][rnd] = rec
-                    for field, value in rec.items():
-                        if isinstance(value, (int, float)) and field != "round":
-                            results[(rec["impl"], rec["workload"])][field].append(value)
+    impls = ["ours/raw", "ours/raw-json", "ours/typed", "client-go", "client-go/json"]
+    one_round = harness.in_turn("bench-informer", opts.rounds, lambda name: run(name, opts))
+    results = harness.run_rounds(out_dir, opts.rounds, impls, one_round, key=("impl", "workload"))
+    by_round = results.by_round
 
     def get(impl, workload, field):
-        return median(results[(impl, workload)][field])
+        return results.get((impl, workload), field)
 
     def spread(workload, field, ours_impl="ours/raw", theirs_impl="client-go", theirs_workload=None,
                theirs_field=None):
         """The range of the per-round ratios, e.g. `0.90–1.40`."""
-        ours = by_round[(ours_impl, workload)]
-        theirs = by_round[(theirs_impl, theirs_workload or workload)]
-        theirs_field = theirs_field or field
-        ratios = [
-            ours[r][field] / theirs[r][theirs_field]
-            for r in ours
-            if r in theirs and theirs[r].get(theirs_field)
-        ]
-        return f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "—"
+        return results.spread(field, (ours_impl, workload),
+                              (theirs_impl, theirs_workload or workload), theirs_field)
 
     objects = get("ours/raw", SYNC, "objects")
     pods = get("ours/raw", "informer/pods", "objects")
@@ -193,8 +126,7 @@ def main():
     )
     print()
     header = f"{'':<40} {'ours':>10} {'client-go':>10} {'ours/client-go':>15} {'(per round)':>12}"
-    print(header)
-    print("-" * len(header))
+    harness.print_header(header)
 
     sync_ours, sync_theirs = get("ours/raw", SYNC, "secs"), get("client-go", SYNC, "secs")
     list_ours, list_theirs = get("ours/raw", LIST, "secs"), get("client-go", LIST, "secs")
@@ -294,9 +226,8 @@ def main():
             f"{'met' if met else 'NOT met'}"
         )
     print()
-    sync_ratio = fmt_ratio(sync_ours, sync_theirs)
+    sync_ratio = harness.or_na(fmt_ratio(sync_ours, sync_theirs))
     mem_ratio = f"{max(memory_ratios):.2f}" if memory_ratios else "n/a"
-    sync_ratio = "n/a" if sync_ratio == "—" else sync_ratio
     print(f"informer sync ours/client-go: {sync_ratio}, bytes per object ours/client-go: {mem_ratio}")
     return 0 if memory_ratios and sync_ratio != "n/a" else 1
 

@@ -39,33 +39,25 @@ target/bench-operator/rounds.jsonl, each operator's log in target/bench-operator
 A step that fails or times out in any round fails the bench, naming the round and the step.
 """
 
-import argparse
 import json
 import os
-import signal
-import socket
-import statistics
 import subprocess
 import sys
 import time
 import urllib.request
-from collections import defaultdict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT_DIR = os.path.join(ROOT, "target", "bench-operator")
-OURS = os.path.join(ROOT, "target", "dist", "memcached-operator")
-DRIVER = os.path.join(ROOT, "target", "release", "operator-bench")
+import harness
+from harness import KUBECONFIG, fmt_mib, fmt_ms, fmt_ratio, free_port, log, memory_of, stop
+
+OUT_DIR = os.path.join(harness.ROOT, "target", "bench-operator")
+OURS = harness.release_bin("memcached-operator", profile="dist")
+DRIVER = harness.release_bin("operator-bench")
 THEIRS = os.path.join(OUT_DIR, "operator-peer")
-KUBECONFIG = os.path.join(ROOT, "target", "testenv", "kubeconfig")
 PEER = "controller-runtime"
 IMPLS = ["ours", PEER]
 # Targets: ours at most this fraction of controller-runtime's.
 TARGETS = {"p50_ms": 0.8, "p99_ms": 0.8, "rss_idle_bytes": 0.25, "rss_bytes": 0.25,
            "start_secs": 0.5}
-
-
-def log(message):
-    print(message, file=sys.stderr, flush=True)
 
 
 class StepFailed(Exception):
@@ -75,22 +67,9 @@ class StepFailed(Exception):
 def build():
     log("bench-operator: building memcached-operator (the dist profile, as the image ships "
         "it), operator-bench (release) and the Go peer")
-    subprocess.run(["cargo", "build", "--profile", "dist", "--quiet", "-p", "memcached-operator"],
-                   cwd=ROOT, check=True)
-    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "operator-bench"],
-                   cwd=ROOT, check=True)
-    os.makedirs(OUT_DIR, exist_ok=True)
-    subprocess.run(
-        ["go", "build", "-trimpath", "-o", THEIRS, "./cmd/operator-peer"],
-        cwd=os.path.join(ROOT, "benches", "clientgo"),
-        check=True,
-    )
-
-
-def ensure_cluster():
-    log("bench-operator: making sure the local cluster runs (make cluster)")
-    subprocess.run(["make", "--no-print-directory", "cluster"], cwd=ROOT, check=True,
-                   stdout=sys.stderr)
+    harness.cargo_build("--profile", "dist", "-p", "memcached-operator")
+    harness.cargo_build("--release", "-p", "operator-bench")
+    harness.go_build(THEIRS, "./cmd/operator-peer")
 
 
 def driver_lines(opts, ns, *args, step, timeout=900):
@@ -110,23 +89,6 @@ def driver(opts, ns, *args, step, timeout=900):
     """Runs one driver subcommand to its end; returns its last JSON line."""
     lines = driver_lines(opts, ns, *args, step=step, timeout=timeout)
     return lines[-1] if lines else {}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def memory_of(pid):
-    """VmRSS, VmHWM, RssAnon and RssFile of a process, in bytes."""
-    fields = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            name, _, value = line.partition(":")
-            if name in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
-                fields[name] = int(value.split()[0]) * 1024
-    return fields
 
 
 def http_ok(url):
@@ -150,16 +112,6 @@ def operator_command(name, opts, ns, metrics, probes):
 def alive(proc, step):
     if proc.poll() is not None:
         raise StepFailed(f"{step}: the operator exited ({proc.returncode})")
-
-
-def stop(proc):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class Run:
@@ -239,8 +191,8 @@ class Run:
         rec["rss_bytes"], rec["hwm_bytes"] = memory["VmRSS"], memory["VmHWM"]
         rec["anon_bytes"], rec["file_bytes"] = memory["RssAnon"], memory["RssFile"]
         log(f"bench-operator:   {self.name}: {opts.crs:,} more converged in "
-            f"{rec['converge_secs']:.1f} s; rss idle {mib(rec['rss_idle_bytes'])}, "
-            f"with them {mib(rec['rss_bytes'])}")
+            f"{rec['converge_secs']:.1f} s; rss idle {fmt_mib(rec['rss_idle_bytes'])}, "
+            f"with them {fmt_mib(rec['rss_bytes'])}")
         stop(self.proc)
         cleaned = driver(opts, self.ns, "cleanup", "--strip-finalizers", step="cleanup")
         rec["cleanup_secs"] = cleaned["secs"]
@@ -285,34 +237,16 @@ def run_round(rnd, order, opts):
             r.abandon()
 
 
-def median(values):
-    return statistics.median(values) if values else None
-
-
-def fmt_ms(value):
-    return "—" if value is None else f"{value:.1f} ms"
-
-
-def fmt_secs_ms(secs):
-    return "—" if secs is None else f"{secs * 1e3:.0f} ms"
+def fmt_millis(ms):
+    return "—" if ms is None else f"{ms:.1f} ms"
 
 
 def fmt_secs(secs):
     return "—" if secs is None else f"{secs:.1f} s"
 
 
-def mib(b):
-    return "—" if b is None else f"{b / 2**20:.1f} MiB"
-
-
-def fmt_ratio(a, b):
-    return "—" if a is None or not b else f"{a / b:.2f}"
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of each operator (default 3)")
-    parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    parser = harness.parser(__doc__, rounds=3, what="operator")
     parser.add_argument("--no-cluster", action="store_true",
                         help="skip `make cluster` (the kubeconfig's cluster runs)")
     parser.add_argument("--kubeconfig", default=KUBECONFIG, help="default: the local cluster's")
@@ -333,55 +267,44 @@ def main():
     parser.add_argument("--peer-strip", action="store_true",
                         help="run the peer with --strip-managed-fields "
                              "(cache.TransformStripManagedFields), as our cache does by default")
-    opts = parser.parse_args()
-    if opts.rounds < 1:
-        parser.error("--rounds must be at least 1")
+    opts = harness.parse(parser)
 
     began = time.time()
     if not opts.no_build:
         build()
     if not opts.no_cluster and opts.kubeconfig == KUBECONFIG:
-        ensure_cluster()
-    os.makedirs(OUT_DIR, exist_ok=True)
+        harness.ensure_cluster("bench-operator")
+    out_dir = harness.out_dir("bench-operator")
     log("bench-operator: installing the Memcached CRD; removing namespaces of earlier runs")
     driver(opts, "default", "install-crd", step="installing the CRD")
     driver(opts, "default", "cleanup-stale", step="removing namespaces of earlier runs")
 
-    by_round = defaultdict(dict)  # impl -> round -> record
-    with open(os.path.join(OUT_DIR, "rounds.jsonl"), "w") as raw:
-        for rnd in range(1, opts.rounds + 1):
-            order = list(IMPLS) if rnd % 2 == 1 else list(reversed(IMPLS))
-            log(f"bench-operator: round {rnd}/{opts.rounds}: {' then '.join(order)} "
-                f"({time.time() - began:.0f} s in)")
-            for rec in run_round(rnd, order, opts):
-                raw.write(json.dumps(rec) + "\n")
-                raw.flush()
-                by_round[rec["impl"]][rnd] = rec
+    def one_round(rnd, order):
+        log(f"bench-operator: round {rnd}/{opts.rounds}: {' then '.join(order)} "
+            f"({time.time() - began:.0f} s in)")
+        return run_round(rnd, order, opts)
 
-    def get(impl, field):
-        return median([r[field] for r in by_round[impl].values() if r.get(field) is not None])
+    results = harness.run_rounds(out_dir, opts.rounds, IMPLS, one_round, key="impl")
+    get = results.get
 
     def spread(field):
-        ours, other = by_round["ours"], by_round[PEER]
-        ratios = [ours[r][field] / other[r][field] for r in ours
-                  if r in other and ours[r].get(field) is not None and other[r].get(field)]
-        return f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "—"
+        return results.spread(field, "ours", PEER)
 
     crs = f"{opts.crs:,}"
     rows = [
-        ("start to first reconcile (spawn → Deployment)", "start_secs", fmt_secs_ms),
-        ("  … to the first resource converged", "first_converged_secs", fmt_secs_ms),
-        ("patch → Deployment replicas, p50", "p50_ms", fmt_ms),
-        ("patch → Deployment replicas, p99", "p99_ms", fmt_ms),
-        ("patch → Deployment replicas, max", "max_ms", fmt_ms),
-        ("  the patch request alone, p50 (driver's)", "patch_rtt_p50_ms", fmt_ms),
-        ("resident memory idle (VmRSS)", "rss_idle_bytes", mib),
-        ("  anonymous (heap, stacks: RssAnon)", "anon_idle_bytes", mib),
-        ("  file-backed (the binary: RssFile)", "file_idle_bytes", mib),
-        (f"resident memory with {crs} CRs (VmRSS)", "rss_bytes", mib),
-        ("  anonymous (RssAnon)", "anon_bytes", mib),
-        ("  file-backed (RssFile)", "file_bytes", mib),
-        (f"peak resident memory with {crs} CRs (VmHWM)", "hwm_bytes", mib),
+        ("start to first reconcile (spawn → Deployment)", "start_secs", fmt_ms),
+        ("  … to the first resource converged", "first_converged_secs", fmt_ms),
+        ("patch → Deployment replicas, p50", "p50_ms", fmt_millis),
+        ("patch → Deployment replicas, p99", "p99_ms", fmt_millis),
+        ("patch → Deployment replicas, max", "max_ms", fmt_millis),
+        ("  the patch request alone, p50 (driver's)", "patch_rtt_p50_ms", fmt_millis),
+        ("resident memory idle (VmRSS)", "rss_idle_bytes", fmt_mib),
+        ("  anonymous (heap, stacks: RssAnon)", "anon_idle_bytes", fmt_mib),
+        ("  file-backed (the binary: RssFile)", "file_idle_bytes", fmt_mib),
+        (f"resident memory with {crs} CRs (VmRSS)", "rss_bytes", fmt_mib),
+        ("  anonymous (RssAnon)", "anon_bytes", fmt_mib),
+        ("  file-backed (RssFile)", "file_bytes", fmt_mib),
+        (f"peak resident memory with {crs} CRs (VmHWM)", "hwm_bytes", fmt_mib),
         (f"{crs} CRs: created → all converged", "converge_secs", fmt_secs),
     ]
     print(f"Operator: ours vs controller-runtime v0.24.1, medians of {opts.rounds} alternating "
@@ -390,8 +313,7 @@ def main():
           f"{'; c-r stripping managedFields' if opts.peer_strip else ''})")
     print()
     header = f"{'':<48} {'ours':>10} {'c-r':>10} {'ours/c-r':>10} {'(per round)':>12}"
-    print(header)
-    print("-" * len(header))
+    harness.print_header(header)
     for label, field, fmt in rows:
         ours, other = get("ours", field), get(PEER, field)
         print(f"{label:<48} {fmt(ours):>10} {fmt(other):>10} "
@@ -404,13 +326,11 @@ def main():
                         ("start_secs", "start to first reconcile")]:
         ours, other = get("ours", field), get(PEER, field)
         if ours is not None and other:
-            ratio = ours / other
-            met = "met" if ratio <= TARGETS[field] else "NOT met"
-            print(f"target: {what} ≤ {TARGETS[field]}× controller-runtime's: {ratio:.2f}× — {met}")
+            harness.target_line(what, ours / other, TARGETS[field], "controller-runtime")
     print()
     log(f"bench-operator: done in {time.time() - began:.0f} s")
     ratios = [fmt_ratio(get("ours", f), get(PEER, f)) for f in ("p99_ms", "rss_bytes", "start_secs")]
-    p99, rss, start = ("n/a" if r == "—" else r for r in ratios)
+    p99, rss, start = (harness.or_na(r) for r in ratios)
     print(f"operator ours/controller-runtime: p99 {p99}, rss {rss}, start {start}")
     return 0 if "—" not in ratios else 1
 

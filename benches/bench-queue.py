@@ -12,106 +12,56 @@ Every JSON line of every round is kept in target/bench-queue/rounds.jsonl.
 """
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
-from collections import defaultdict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT_DIR = os.path.join(ROOT, "target", "bench-queue")
-# Honour CARGO_TARGET_DIR, so the build does not contend with others on target/.
-TARGET_DIR = os.path.join(ROOT, os.environ.get("CARGO_TARGET_DIR", "target"))
-OURS = os.path.join(TARGET_DIR, "release", "queue-bench")
+import harness
+from harness import fmt_ratio, log
+
+OUT_DIR = os.path.join(harness.ROOT, "target", "bench-queue")
+OURS = harness.release_bin("queue-bench")
 THEIRS = os.path.join(OUT_DIR, "clientgo-bench")
 CYCLE_ORDER = [
     f"cycle/{keys}/p{n}w{n}" for keys in ("unique", "repeat") for n in (1, 2, 4, 8)
 ] + ["cycle/unique/1thread"]
 
 
-def log(message):
-    print(message, file=sys.stderr, flush=True)
-
-
 def build():
     log("bench-queue: building queue-bench (release) and the client-go peer")
-    subprocess.run(
-        ["cargo", "build", "--release", "--quiet", "-p", "queue-bench"], cwd=ROOT, check=True
-    )
-    os.makedirs(OUT_DIR, exist_ok=True)
-    subprocess.run(
-        ["go", "build", "-trimpath", "-o", THEIRS, "."],
-        cwd=os.path.join(ROOT, "benches", "clientgo"),
-        check=True,
-    )
-
-
-def run(binary, extra):
-    """One round of one program: its JSON lines (progress goes straight to our stderr)."""
-    out = subprocess.run([binary, *extra], check=True, stdout=subprocess.PIPE, text=True)
-    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
-
-
-def median(values):
-    return statistics.median(values) if values else None
+    harness.cargo_build("--release", "-p", "queue-bench")
+    harness.go_build(THEIRS)
 
 
 def fmt_rate(value):
     return "—" if value is None else f"{value / 1e6:.2f} M/s"
 
 
-def fmt_ratio(a, b):
-    return "—" if a is None or not b else f"{a / b:.2f}"
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7, help="rounds of each program (default 7)")
-    parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    parser = harness.parser(__doc__, rounds=7)
     parser.add_argument(
         "args", nargs=argparse.REMAINDER, help="after --, flags passed to both programs"
     )
-    opts = parser.parse_args()
+    opts = harness.parse(parser)
     extra = [a for a in opts.args if a != "--"]
-    if opts.rounds < 1:
-        parser.error("--rounds must be at least 1")
 
     if not opts.no_build:
         build()
-    os.makedirs(OUT_DIR, exist_ok=True)
-
-    # (impl, workload) -> field -> [value per round]
-    results = defaultdict(lambda: defaultdict(list))
-    # (impl, workload) -> round -> record
-    by_round = defaultdict(dict)
-    with open(os.path.join(OUT_DIR, "rounds.jsonl"), "w") as raw:
-        for rnd in range(1, opts.rounds + 1):
-            order = [("ours", OURS), ("client-go", THEIRS)]
-            if rnd % 2 == 0:
-                order.reverse()
-            for name, binary in order:
-                log(f"bench-queue: round {rnd}/{opts.rounds}: {name}")
-                for rec in run(binary, extra):
-                    rec["round"] = rnd
-                    raw.write(json.dumps(rec) + "\n")
-                    by_round[(rec["impl"], rec["workload"])][rnd] = rec
-                    for field, value in rec.items():
-                        if isinstance(value, (int, float)) and field != "round":
-                            results[(rec["impl"], rec["workload"])][field].append(value)
+    out_dir = harness.out_dir("bench-queue")
+    binaries = {"ours": OURS, "client-go": THEIRS}
+    one_round = harness.in_turn(
+        "bench-queue", opts.rounds, lambda name: harness.json_lines([binaries[name], *extra])
+    )
+    results = harness.run_rounds(
+        out_dir, opts.rounds, ["ours", "client-go"], one_round, key=("impl", "workload")
+    )
+    by_round = results.by_round
 
     def get(impl, workload, field):
-        return median(results[(impl, workload)][field])
+        return results.get((impl, workload), field)
 
     def spread(workload, field):
         """The range of the per-round ours/client-go ratios, e.g. `2.10–3.40`."""
-        ours, theirs = by_round[("ours", workload)], by_round[("client-go", workload)]
-        ratios = [
-            ours[r][field] / theirs[r][field]
-            for r in ours
-            if r in theirs and theirs[r].get(field)
-        ]
-        return f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "—"
+        return results.spread(field, ("ours", workload), ("client-go", workload))
 
     print(
         f"Workqueue: ours vs client-go, medians of {opts.rounds} alternating rounds "
@@ -123,8 +73,7 @@ def main():
         f"{'(per round)':>12} {'channel':>11} {'ours/channel':>13}  "
         f"{'processed ours / client-go':>27}"
     )
-    print(header)
-    print("-" * len(header))
+    harness.print_header(header)
     ratios = []
     for workload in CYCLE_ORDER:
         ours = get("ours", workload, "adds_per_sec")
@@ -144,7 +93,7 @@ def main():
         )
 
     ins = "add_after/insert"
-    if results[("ours", ins)] and results[("client-go", ins)]:
+    if by_round[("ours", ins)] and by_round[("client-go", ins)]:
         items = get("ours", ins, "items")
         ours, theirs = get("ours", ins, "inserts_per_sec"), get("client-go", ins, "inserts_per_sec")
         print()
@@ -160,7 +109,7 @@ def main():
         )
 
     late = "add_after/lateness"
-    if results[("ours", late)] and results[("client-go", late)]:
+    if by_round[("ours", late)] and by_round[("client-go", late)]:
         items = get("ours", late, "items")
         print()
         print(f"firing lateness, one worker waiting in get, {items:,.0f} pending:")

@@ -32,58 +32,29 @@ read of each object keeps its typed form beside the JSON).
 Every JSON line of every round is kept in target/bench-runtime/rounds.jsonl.
 """
 
-import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
-from collections import defaultdict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT_DIR = os.path.join(ROOT, "target", "bench-runtime")
-OURS = os.path.join(ROOT, "target", "release", "runtime-bench")
-SEEDER = os.path.join(ROOT, "target", "release", "informer-bench")
+import harness
+from harness import KUBECONFIG, fmt_mib, fmt_ms, fmt_ratio, log
+
+OUT_DIR = os.path.join(harness.ROOT, "target", "bench-runtime")
+OURS = harness.release_bin("runtime-bench")
+SEEDER = harness.release_bin("informer-bench")
 THEIRS = os.path.join(OUT_DIR, "runtime-peer")
-KUBECONFIG = os.path.join(ROOT, "target", "testenv", "kubeconfig")
 PEER = "controller-runtime"
 IMPLS = ["ours", "ours/keep", PEER, f"{PEER}/strip"]
 # Targets: ours at most this fraction of controller-runtime's, for both figures.
 TARGET = 0.5
 
 
-def log(message):
-    print(message, file=sys.stderr, flush=True)
-
-
 def build():
     log("bench-runtime: building runtime-bench and informer-bench (release) and the Go peer")
-    subprocess.run(
-        ["cargo", "build", "--release", "--quiet", "-p", "runtime-bench", "-p", "informer-bench"],
-        cwd=ROOT, check=True,
-    )
-    os.makedirs(OUT_DIR, exist_ok=True)
-    subprocess.run(
-        ["go", "build", "-trimpath", "-o", THEIRS, "./cmd/runtime-peer"],
-        cwd=os.path.join(ROOT, "benches", "clientgo"),
-        check=True,
-    )
-
-
-def ensure_cluster():
-    log("bench-runtime: making sure the local cluster runs (make cluster)")
-    subprocess.run(["make", "--no-print-directory", "cluster"], cwd=ROOT, check=True,
-                   stdout=sys.stderr)
-
-
-def seed(opts):
-    log("bench-runtime: seeding (existing objects are kept)")
-    subprocess.run(
-        [SEEDER, "--kubeconfig", opts.kubeconfig, "--namespace", opts.namespace, "seed",
-         "--configmaps", str(opts.configmaps), "--pods", "0"],
-        check=True,
-    )
+    harness.cargo_build("--release", "-p", "runtime-bench", "-p", "informer-bench")
+    harness.go_build(THEIRS, "./cmd/runtime-peer")
 
 
 def run(name, opts, expect):
@@ -119,40 +90,20 @@ def run(name, opts, expect):
     return record
 
 
-def median(values):
-    return statistics.median(values) if values else None
-
-
-def fmt_ms(secs):
-    return "—" if secs is None else f"{secs * 1e3:.0f} ms"
-
-
-def fmt_mib(b):
-    return "—" if b is None else f"{b / 2**20:.1f} MiB"
-
-
-def fmt_ratio(a, b):
-    return "—" if a is None or not b else f"{a / b:.2f}"
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7, help="rounds of each program (default 7)")
-    parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    parser = harness.parser(__doc__, rounds=7)
     parser.add_argument("--no-seed", action="store_true", help="skip the cluster check and seeding")
     parser.add_argument("--kubeconfig", default=KUBECONFIG, help="default: the local cluster's")
     parser.add_argument("--namespace", default="bench-informer")
     parser.add_argument("--configmaps", type=int, default=10_000, help="ConfigMaps to seed")
-    opts = parser.parse_args()
-    if opts.rounds < 1:
-        parser.error("--rounds must be at least 1")
+    opts = harness.parse(parser)
 
     if not opts.no_build:
         build()
     if not opts.no_seed:
         if opts.kubeconfig == KUBECONFIG:
-            ensure_cluster()
-        seed(opts)
+            harness.ensure_cluster("bench-runtime")
+        harness.seed("bench-runtime", SEEDER, opts, 0)
     # A warm-up run of each program, not counted: it loads the binaries into the page cache
     # and warms the server, and ours counts the namespace's ConfigMaps (the seeded ones and
     # kube-root-ca.crt), which every later run then waits for.
@@ -160,29 +111,12 @@ def main():
     expect = run("ours", opts, 0)["objects"]
     run(PEER, opts, expect)
     log(f"bench-runtime: {expect} ConfigMaps in namespace {opts.namespace}")
-    os.makedirs(OUT_DIR, exist_ok=True)
+    out_dir = harness.out_dir("bench-runtime")
 
-    # impl -> round -> record
-    by_round = defaultdict(dict)
-    with open(os.path.join(OUT_DIR, "rounds.jsonl"), "w") as raw:
-        for rnd in range(1, opts.rounds + 1):
-            order = list(IMPLS) if rnd % 2 == 1 else list(reversed(IMPLS))
-            for name in order:
-                log(f"bench-runtime: round {rnd}/{opts.rounds}: {name}")
-                rec = run(name, opts, expect)
-                rec["round"] = rnd
-                raw.write(json.dumps(rec) + "\n")
-                raw.flush()
-                by_round[rec["impl"]][rnd] = rec
-
-    def get(impl, field):
-        return median([r[field] for r in by_round[impl].values() if r.get(field) is not None])
-
-    def spread(field, theirs=PEER, mine="ours"):
-        ours, other = by_round[mine], by_round[theirs]
-        ratios = [ours[r][field] / other[r][field] for r in ours
-                  if r in other and ours[r].get(field) is not None and other[r].get(field)]
-        return f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "—"
+    one_round = harness.in_turn("bench-runtime", opts.rounds,
+                                lambda name: [run(name, opts, expect)])
+    results = harness.run_rounds(out_dir, opts.rounds, IMPLS, one_round, key="impl")
+    get, spread = results.get, results.spread
 
     rows = [
         ("start to all reconciled, from main", "secs", fmt_ms),
@@ -199,8 +133,7 @@ def main():
     )
     print()
     header = (f"{'':<40} {'ours':>10} {'c-r':>10} {'ours/c-r':>10} {'(per round)':>12}")
-    print(header)
-    print("-" * len(header))
+    harness.print_header(header)
     sections = [
         ("ours", PEER, "controller-runtime (c-r) as shipped: managedFields kept"),
         ("ours", f"{PEER}/strip",
@@ -215,21 +148,19 @@ def main():
         for label, field, fmt in rows:
             ours, other = get(mine, field), get(theirs, field)
             print(f"{label:<40} {fmt(ours):>10} {fmt(other):>10} "
-                  f"{fmt_ratio(ours, other):>10} {spread(field, theirs, mine):>12}")
+                  f"{fmt_ratio(ours, other):>10} {spread(field, mine, theirs):>12}")
     print()
     time_ours, time_theirs = get("ours", "secs"), get(PEER, "secs")
     rss_ours, rss_theirs = get("ours", "rss_bytes"), get(PEER, "rss_bytes")
     for what, ours, theirs in [("start to all reconciled", time_ours, time_theirs),
                                ("resident memory after the run", rss_ours, rss_theirs)]:
         if ours is not None and theirs:
-            met = ours / theirs <= TARGET
-            print(f"target: {what} ≤ {TARGET}× controller-runtime's: {ours / theirs:.2f}× — "
-                  f"{'met' if met else 'NOT met'}")
+            harness.target_line(what, ours / theirs, TARGET, "controller-runtime")
     print()
     time_ratio = fmt_ratio(time_ours, time_theirs)
     rss_ratio = fmt_ratio(rss_ours, rss_theirs)
     print(f"runtime ours/controller-runtime: start-to-all-reconciled "
-          f"{'n/a' if time_ratio == '—' else time_ratio}, rss {'n/a' if rss_ratio == '—' else rss_ratio}")
+          f"{harness.or_na(time_ratio)}, rss {harness.or_na(rss_ratio)}")
     return 0 if time_ratio != "—" and rss_ratio != "—" else 1
 
 

@@ -16,14 +16,14 @@
 //! * [`BenchObject`] — what the measurements are generic over: a representation of a
 //!   namespaced kind. `main.rs` picks the type in one `match`; a second representation of
 //!   ConfigMaps is one more arm.
-//! * [`ChunkCountingAlloc`] — the global allocator that counts live bytes as glibc's malloc
-//!   chunks ([`chunk_size`]), comparable with Go's `HeapAlloc`, and the allocations made.
+//! * [`alloc_counter::CountingAlloc`] — the global allocator that counts live bytes as
+//!   glibc's malloc chunks, comparable with Go's `HeapAlloc`, and the allocations made.
 //!
 //! ```text
 //!  main.rs ── seed ──▶ seed() ──▶ creates ──▶ kube-apiserver
 //!          └─ run ──▶ warm-up LIST ─▶ paged_list::<K> / informer_sync::<K> ─▶ outcome
 //!                                          │                                    ├─ JSON line ─▶ stdout
-//!                                          └── ChunkCountingAlloc::live_bytes   └─ progress ──▶ stderr
+//!                                          └── CountingAlloc::live_bytes        └─ progress ──▶ stderr
 //! ```
 //!
 //! # Example
@@ -34,7 +34,7 @@
 //! use informer_bench::{SyncParams, informer_sync, paged_list};
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //!
-//! static ALLOC: informer_bench::ChunkCountingAlloc = informer_bench::ChunkCountingAlloc::new();
+//! static ALLOC: alloc_counter::CountingAlloc = alloc_counter::CountingAlloc::new();
 //!
 //! # async fn run() -> controller_runtime::client::Result<()> {
 //! let client = Client::try_default().await?;
@@ -51,11 +51,9 @@
 //! # }
 //! ```
 
-mod alloc;
 mod measure;
 mod seed;
 
-pub use alloc::{ChunkCountingAlloc, chunk_size};
 pub use measure::{
     BenchObject, ListOutcome, SyncOutcome, SyncParams, TypedReadsOutcome, informer_sync,
     paged_list, typed_reads,

@@ -5,19 +5,19 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use alloc_counter::CountingAlloc;
 use anyhow::{Context, Result, ensure};
 use clap::{Parser, Subcommand, ValueEnum};
 use controller_runtime::client::{Api, Client, ClientOptions, ListParams, RateLimit, Raw};
 use controller_runtime::config::{Config, KubeconfigOptions};
 use informer_bench::{
-    BenchObject, ChunkCountingAlloc, SeedParams, SyncParams, informer_sync, paged_list, seed,
-    typed_reads,
+    BenchObject, SeedParams, SyncParams, informer_sync, paged_list, seed, typed_reads,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use serde_json::{Value, json};
 
 #[global_allocator]
-static ALLOC: ChunkCountingAlloc = ChunkCountingAlloc::new();
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// Informer initial sync, paged LIST and bytes per cached object, against a cluster.
 ///

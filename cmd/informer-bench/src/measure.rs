@@ -12,8 +12,6 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use serde::de::DeserializeOwned;
 
-use crate::ChunkCountingAlloc;
-
 /// A representation of a namespaced kind that the bench can list and cache: anything the
 /// informer factory serves, plus a way to drop `metadata.managedFields`.
 ///
@@ -264,7 +262,7 @@ impl TypedReadsOutcome {
 pub async fn typed_reads<K>(
     client: &Client,
     params: &SyncParams,
-    alloc: &ChunkCountingAlloc,
+    alloc: &alloc_counter::CountingAlloc,
 ) -> Result<TypedReadsOutcome>
 where
     K: k8s_openapi::Resource<Scope = NamespaceResourceScope>

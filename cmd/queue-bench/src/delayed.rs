@@ -52,7 +52,7 @@ impl InsertOutcome {
 }
 
 impl Insert {
-    /// Runs the workload; `live_bytes` reads the heap in use (see [`crate::CountingAlloc`]).
+    /// Runs the workload; `live_bytes` reads the heap in use (see [`alloc_counter::CountingAlloc`]).
     ///
     /// After the inserts, one more key is added with a 1 ns delay and the clock stops when
     /// `get` returns it. Our `add_after` is synchronous, so this costs one heap push and pop;

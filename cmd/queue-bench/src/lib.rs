@@ -7,7 +7,7 @@
 //!   keys, run on our [`workqueue::Queue`] ([`Cycle::run_queue`]) and, as the ceiling a
 //!   deduplicating queue can approach, on a lock-free MPMC channel ([`Cycle::run_channel`]).
 //! * [`Insert`] — `add_after` of many distinct keys: insert rate and heap bytes per pending
-//!   item, read through [`CountingAlloc`].
+//!   item, read through [`alloc_counter::CountingAlloc`].
 //! * [`Lateness`] — how late delayed items reach a worker waiting in `get`.
 //! * [`SplitMix64`] — the delay generator, written identically in the Go peer.
 //!
@@ -35,12 +35,10 @@
 //! assert!(outcome.processed >= 16); // every key at least once, duplicates collapsed
 //! ```
 
-mod alloc;
 mod cycle;
 mod delayed;
 mod rng;
 
-pub use alloc::CountingAlloc;
 pub use cycle::{Cycle, CycleOutcome, CycleParams, Keys, Threads, cycle_workloads};
 pub use delayed::{Insert, InsertOutcome, Lateness, LatenessOutcome};
 pub use rng::SplitMix64;

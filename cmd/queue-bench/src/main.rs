@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use alloc_counter::CountingAlloc;
 use anyhow::{Context, Result, ensure};
 use clap::Parser;
-use queue_bench::{CountingAlloc, CycleParams, Insert, Keys, Lateness, cycle_workloads};
+use queue_bench::{CycleParams, Insert, Keys, Lateness, cycle_workloads};
 use serde_json::{Value, json};
 
 #[global_allocator]
