@@ -209,8 +209,10 @@ impl<K> Raw<K> {
             return Self::from_fields(&json, fields);
         }
         // Every key field is a span of the JSON itself, which the builder never reads.
-        let mut b = Builder::default();
-        b.buf = json;
+        let b = Builder {
+            buf: json,
+            ..Builder::default()
+        };
         Ok(b.finish(fields))
     }
 
