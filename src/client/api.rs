@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::codec::{self, Format, ObjectList, WatchObject};
 use super::dynamic::{ApiResource, DynamicObject};
 use super::error::{Error, Result, Status};
-use super::params::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Query, WatchParams};
+use super::params::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams};
 use super::watch::WatchStream;
 use super::{Client, Req};
 
@@ -183,9 +183,7 @@ impl<K: WatchObject> Api<K> {
     ///
     /// [`Error::Api`]: 410 if the continue token or `resource_version` is too old.
     pub async fn list(&self, params: &ListParams) -> Result<ObjectList<K>> {
-        let mut q = Query::default();
-        params.write_query(&mut q);
-        let path = format!("{}{}", self.collection_path(), q.as_str());
+        let path = self.collection_path() + params.query().as_str();
         let format = self.client.codec().format::<K>();
         match self.list_as(format, &path).await {
             // A server newer than our tables: the codec reads this kind as JSON from now on.
@@ -233,9 +231,7 @@ impl<K: WatchObject> Api<K> {
     /// [`Error::Api`] if the server refuses the watch, e.g. 410 for a `resource_version`
     /// that is too old. Errors once the watch runs come from the stream.
     pub async fn watch(&self, params: &WatchParams) -> Result<WatchStream<K>> {
-        let mut q = Query::default();
-        params.write_query(&mut q);
-        let path = format!("{}{}", self.collection_path(), q.as_str());
+        let path = self.collection_path() + params.query().as_str();
         self.client.request_watch(Req::new(Method::GET, path)).await
     }
 }
@@ -273,9 +269,7 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
     ///
     /// [`Error::Api`]: 409 `AlreadyExists` if the name is taken, 422 if it is invalid.
     pub async fn create(&self, params: &PostParams, object: &K) -> Result<K> {
-        let mut q = Query::default();
-        params.write_query(&mut q);
-        let path = format!("{}{}", self.collection_path(), q.as_str());
+        let path = self.collection_path() + params.query().as_str();
         let req = Req::new(Method::POST, path).json_body(to_json(object)?);
         self.client.request_json(req).await
     }
@@ -385,12 +379,8 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
         &self,
         params: &ListParams,
     ) -> Result<ObjectList<PartialObjectMetadata>> {
-        let mut q = Query::default();
-        params.write_query(&mut q);
-        let mut req = Req::new(
-            Method::GET,
-            format!("{}{}", self.collection_path(), q.as_str()),
-        );
+        let path = self.collection_path() + params.query().as_str();
+        let mut req = Req::new(Method::GET, path);
         req.accept = ACCEPT_METADATA_LIST;
         self.client.request_json(req).await
     }
@@ -404,12 +394,8 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
         &self,
         params: &WatchParams,
     ) -> Result<WatchStream<PartialObjectMetadata>> {
-        let mut q = Query::default();
-        params.write_query(&mut q);
-        let mut req = Req::new(
-            Method::GET,
-            format!("{}{}", self.collection_path(), q.as_str()),
-        );
+        let path = self.collection_path() + params.query().as_str();
+        let mut req = Req::new(Method::GET, path);
         req.accept = ACCEPT_METADATA;
         self.client.request_watch(req).await
     }
@@ -421,9 +407,7 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
         params: &PostParams,
         object: &K,
     ) -> Result<K> {
-        let mut q = Query::default();
-        params.write_query(&mut q);
-        let path = format!("{}{}", self.object_path(name, subresource)?, q.as_str());
+        let path = self.object_path(name, subresource)? + params.query().as_str();
         let req = Req::new(Method::PUT, path).json_body(to_json(object)?);
         self.client.request_json(req).await
     }
@@ -440,9 +424,7 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
                 "server-side apply needs a field manager (PatchParams::apply)".into(),
             ));
         }
-        let mut q = Query::default();
-        params.write_query(&mut q);
-        let path = format!("{}{}", self.object_path(name, subresource)?, q.as_str());
+        let path = self.object_path(name, subresource)? + params.query().as_str();
         let mut req = Req::new(Method::PATCH, path).json_body(to_json(patch.body())?);
         req.content_type = Some(patch.content_type());
         self.client.request_json(req).await

@@ -409,8 +409,10 @@ impl Client {
     ///
     /// Cancelling drops the request; nothing is left half-done on the client.
     pub async fn get_raw(&self, path: &str) -> Result<Bytes> {
-        self.request_bytes(Req::new(Method::GET, path.to_owned()))
-            .await
+        Ok(self
+            .request_body(Req::new(Method::GET, path.to_owned()))
+            .await?
+            .1)
     }
 
     /// Sends a request with a JSON body (if any) to `path` and decodes the JSON answer.
@@ -492,10 +494,6 @@ impl Client {
         }
     }
 
-    async fn request_bytes(&self, req: Req) -> Result<Bytes> {
-        Ok(self.request_body(req).await?.1)
-    }
-
     /// Sends `req` and returns a 2xx answer and the format it arrived in; any other answer
     /// is [`Error::Api`] with the server's `Status`.
     async fn send_ok(&self, req: &Req) -> Result<(Format, Response<Incoming>)> {
@@ -538,7 +536,7 @@ impl Client {
 
     pub(crate) async fn request_json<T: DeserializeOwned>(&self, req: Req) -> Result<T> {
         let what = format!("the response to {} {}", req.method, req.path);
-        let body = self.request_bytes(req).await?;
+        let (_, body) = self.request_body(req).await?;
         decode_json(what, &body)
     }
 

@@ -77,7 +77,8 @@ impl ListParams {
         self
     }
 
-    pub(crate) fn write_query(&self, q: &mut Query) {
+    pub(crate) fn query(&self) -> Query {
+        let mut q = Query::default();
         q.opt("labelSelector", self.label_selector.as_deref());
         q.opt("fieldSelector", self.field_selector.as_deref());
         q.opt_num("limit", self.limit);
@@ -88,6 +89,7 @@ impl ListParams {
             self.version_match.map(VersionMatch::as_str),
         );
         q.opt_num("timeoutSeconds", self.timeout_seconds);
+        q
     }
 }
 
@@ -156,7 +158,8 @@ impl WatchParams {
         self
     }
 
-    pub(crate) fn write_query(&self, q: &mut Query) {
+    pub(crate) fn query(&self) -> Query {
+        let mut q = Query::default();
         q.pair("watch", "true");
         q.opt("labelSelector", self.label_selector.as_deref());
         q.opt("fieldSelector", self.field_selector.as_deref());
@@ -169,6 +172,7 @@ impl WatchParams {
             q.pair("sendInitialEvents", "true");
             q.pair("resourceVersionMatch", "NotOlderThan");
         }
+        q
     }
 }
 
@@ -182,11 +186,13 @@ pub struct PostParams {
 }
 
 impl PostParams {
-    pub(crate) fn write_query(&self, q: &mut Query) {
+    pub(crate) fn query(&self) -> Query {
+        let mut q = Query::default();
         if self.dry_run {
             q.pair("dryRun", "All");
         }
         q.opt("fieldManager", self.field_manager.as_deref());
+        q
     }
 }
 
@@ -253,7 +259,8 @@ impl PatchParams {
         self
     }
 
-    pub(crate) fn write_query(&self, q: &mut Query) {
+    pub(crate) fn query(&self) -> Query {
+        let mut q = Query::default();
         if self.dry_run {
             q.pair("dryRun", "All");
         }
@@ -261,6 +268,7 @@ impl PatchParams {
         if self.force {
             q.pair("force", "true");
         }
+        q
     }
 }
 
@@ -386,14 +394,13 @@ mod tests {
 
     #[test]
     fn list_params_encode_every_field_in_order() {
-        let mut q = Query::default();
-        ListParams::default()
+        let q = ListParams::default()
             .labels("app=web,tier in (a,b)")
             .fields("metadata.name=x")
             .limit(500)
             .continue_from("tok/en=")
             .at("42", Some(VersionMatch::NotOlderThan))
-            .write_query(&mut q);
+            .query();
         assert_eq!(
             q.as_str(),
             "?labelSelector=app%3Dweb%2Ctier%20in%20%28a%2Cb%29&fieldSelector=metadata.name%3Dx\
@@ -403,11 +410,10 @@ mod tests {
 
     #[test]
     fn watch_params_ask_for_bookmarks_by_default() {
-        let mut q = Query::default();
-        WatchParams::default()
+        let q = WatchParams::default()
             .from_version("7")
             .timeout(300)
-            .write_query(&mut q);
+            .query();
         assert_eq!(
             q.as_str(),
             "?watch=true&resourceVersion=7&timeoutSeconds=300&allowWatchBookmarks=true"
@@ -416,10 +422,8 @@ mod tests {
 
     #[test]
     fn initial_events_watch_sends_the_watchlist_parameters() {
-        let mut q = Query::default();
-        WatchParams::default().initial_events().write_query(&mut q);
         assert_eq!(
-            q.as_str(),
+            WatchParams::default().initial_events().query().as_str(),
             "?watch=true&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
         );
     }
@@ -437,8 +441,7 @@ mod tests {
 
     #[test]
     fn patch_params_for_forced_apply() {
-        let mut q = Query::default();
-        PatchParams::apply("op").force().write_query(&mut q);
+        let q = PatchParams::apply("op").force().query();
         assert_eq!(q.as_str(), "?fieldManager=op&force=true");
     }
 }

@@ -322,17 +322,7 @@ impl<'a> Writer<'a> {
                 let mut first_element = true;
                 for i in run {
                     let field = self.scratch[i].1;
-                    match (def.ty, field.value) {
-                        (ty, Value::Bytes(packed)) if is_number(ty) => {
-                            self.packed(msg, def, ty, packed, &mut first_element)?;
-                        }
-                        (ty, _) => {
-                            if !std::mem::take(&mut first_element) {
-                                self.out.push(b',');
-                            }
-                            self.value(msg, def, ty, field, Capture::None)?;
-                        }
-                    }
+                    self.element(msg, def, def.ty, field, &mut first_element)?;
                 }
                 self.out.push(b']');
                 if capture == Capture::Meta && def.json == "managedFields" {
@@ -426,6 +416,27 @@ impl<'a> Writer<'a> {
             _ => return Err(bad(msg, def, type_name(ty))),
         }
         Ok(())
+    }
+
+    /// Writes one element of a repeated field, after a comma unless it is the `first`: a
+    /// packed run of numbers, or one value.
+    fn element(
+        &mut self,
+        msg: &'static Message,
+        def: &'static FieldDef,
+        ty: Type,
+        field: Field<'a>,
+        first: &mut bool,
+    ) -> Result<()> {
+        match field.value {
+            Value::Bytes(packed) if is_number(ty) => self.packed(msg, def, ty, packed, first),
+            _ => {
+                if !std::mem::take(first) {
+                    self.out.push(b',');
+                }
+                self.value(msg, def, ty, field, Capture::None)
+            }
+        }
     }
 
     /// Writes the elements of a packed repeated number field.
@@ -572,17 +583,7 @@ impl<'a> Writer<'a> {
                     if field.number != 1 {
                         continue;
                     }
-                    match (ty, field.value) {
-                        (ty, Value::Bytes(packed)) if is_number(ty) => {
-                            self.packed(msg, def, ty, packed, &mut first)?
-                        }
-                        _ => {
-                            if !std::mem::take(&mut first) {
-                                self.out.push(b',');
-                            }
-                            self.value(msg, def, ty, field, Capture::None)?;
-                        }
-                    }
+                    self.element(msg, def, ty, field, &mut first)?;
                 }
                 self.out.push(b']');
             }

@@ -84,7 +84,9 @@ impl Span {
     }
 }
 
-/// Builds the buffer and spans for the object at `fields.object` of `input`.
+/// Builds the buffer and spans for the object at `fields.object` of `input`; `buf` starts
+/// as the object's JSON.
+#[derive(Default)]
 struct Builder<'a> {
     input: &'a str,
     base: usize,
@@ -113,6 +115,32 @@ impl Builder<'_> {
         Span {
             start: (range.start - self.base) as u32,
             end: (range.end - self.base) as u32,
+        }
+    }
+
+    /// The `Raw` of the JSON in the buffer, whose key fields `fields` locates: any with an
+    /// escape is decoded after the JSON.
+    fn finish<K>(mut self, fields: &ObjectFields) -> Raw<K> {
+        let json_len = self.buf.len() as u32;
+        let name = self.string(fields.name.as_ref());
+        let namespace = self.string(fields.namespace.as_ref());
+        let resource_version = self.string(fields.resource_version.as_ref());
+        let uid = self.string(fields.uid.as_ref());
+        let metadata = fields
+            .metadata
+            .as_ref()
+            .map_or(Span::NONE, |m| self.range(m));
+        let labels = fields.labels.as_ref().map_or(Span::NONE, |l| self.range(l));
+        Raw {
+            buf: self.buf.into_boxed_str(),
+            json_len,
+            name,
+            namespace,
+            resource_version,
+            uid,
+            metadata,
+            labels,
+            typed: OnceLock::new(),
         }
     }
 }
@@ -159,37 +187,12 @@ impl<K> Raw<K> {
                 "object of 4 GiB or more cannot be kept",
             ));
         }
-        let escaped = fields.key_escaped();
-        let mut b = Builder {
+        let b = Builder {
             input,
             base: fields.object.start,
-            buf: String::new(),
+            buf: object.to_owned(),
         };
-        if escaped {
-            b.buf.push_str(object);
-        }
-        let name = b.string(fields.name.as_ref());
-        let namespace = b.string(fields.namespace.as_ref());
-        let resource_version = b.string(fields.resource_version.as_ref());
-        let uid = b.string(fields.uid.as_ref());
-        let metadata = fields.metadata.as_ref().map_or(Span::NONE, |m| b.range(m));
-        let labels = fields.labels.as_ref().map_or(Span::NONE, |l| b.range(l));
-        let buf = if escaped {
-            b.buf.into_boxed_str()
-        } else {
-            Box::from(object)
-        };
-        Ok(Raw {
-            buf,
-            json_len: object.len() as u32,
-            name,
-            namespace,
-            resource_version,
-            uid,
-            metadata,
-            labels,
-            typed: OnceLock::new(),
-        })
+        Ok(b.finish(fields))
     }
 
     /// Keeps `json`, which the protobuf transcoder wrote (so it is well-formed),
@@ -205,29 +208,12 @@ impl<K> Raw<K> {
             // Rare: let the general path decode the escapes (or refuse the size).
             return Self::from_fields(&json, fields);
         }
-        // Every key field is a span of the JSON itself.
-        let mut b = Builder {
-            input: &json,
-            base: 0,
-            buf: String::new(),
+        // Every key field is a span of the JSON itself, which the builder never reads.
+        let b = Builder {
+            buf: json,
+            ..Builder::default()
         };
-        let name = b.string(fields.name.as_ref());
-        let namespace = b.string(fields.namespace.as_ref());
-        let resource_version = b.string(fields.resource_version.as_ref());
-        let uid = b.string(fields.uid.as_ref());
-        let metadata = fields.metadata.as_ref().map_or(Span::NONE, |m| b.range(m));
-        let labels = fields.labels.as_ref().map_or(Span::NONE, |l| b.range(l));
-        Ok(Raw {
-            json_len: json.len() as u32,
-            name,
-            namespace,
-            resource_version,
-            uid,
-            metadata,
-            labels,
-            buf: json.into_boxed_str(),
-            typed: OnceLock::new(),
-        })
+        Ok(b.finish(fields))
     }
 
     /// Drops `metadata.managedFields`, which are often most of an object's bytes and which
