@@ -25,8 +25,8 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
-use support::CONVERGE;
 use support::cluster::{client, config, create_namespace, delete_namespace};
+use support::{CONVERGE, wait_until};
 
 // === fixtures ===
 
@@ -562,21 +562,18 @@ async fn a_series_count_waiting_for_its_interval_is_written_when_it_is_up() {
             .unwrap();
     }
     // Nothing else writes: the spawned flush brings the count from 2 to 5.
-    let deadline = tokio::time::Instant::now() + CONVERGE;
-    loop {
+    wait_until("the series count reaches 5", CONVERGE, async || {
         let events = events_about(&client, &ns, &uid).await;
         assert_eq!(events.len(), 1, "{events:#?}");
         let count = events[0].series.as_ref().map_or(1, |s| s.count);
         assert!((2..=5).contains(&count), "{events:#?}");
         if count == 5 {
-            break;
+            Ok(())
+        } else {
+            Err(format!("count {count}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the series count stayed at {count}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     delete_namespace(&client, &ns).await;
 }
 
