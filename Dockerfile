@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1.7
 #
-# The Memcached operator's image: built with the Rust toolchain, run as a single static-ish
-# binary on distroless (glibc and CA certificates, no shell, no package manager), as user
+# The Memcached operator's image: built with the Rust toolchain, run as a single static
+# binary on distroless (CA certificates, no libc, no shell, no package manager), as user
 # 65532 (distroless's `nonroot`), which config/manager/manager.yaml also asks for.
 #
 #   docker build -t <registry>/memcached-operator:<tag> .
@@ -9,8 +9,8 @@
 #
 # It needs BuildKit (the default builder since Docker 23) for its cache mounts. It has not
 # been built in this repository's development environment, which has no container engine;
-# `cargo build --profile dist -p memcached-operator` is what it runs (the release profile
-# with whole-program optimisation, see Cargo.toml), and that is tested and benchmarked.
+# `hack/build-dist.sh` is what it runs (the release profile with whole-program optimisation,
+# linked statically, see Cargo.toml), and that binary is tested and benchmarked.
 
 ARG RUST_VERSION=1.95
 
@@ -25,12 +25,13 @@ RUN --mount=type=bind,target=/src \
     --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,target=/target,sharing=locked \
-    CARGO_TARGET_DIR=/target cargo build --locked --profile dist -p memcached-operator \
-    && install -D -m 0755 /target/dist/memcached-operator /out/memcached-operator
+    export CARGO_TARGET_DIR=/target \
+    && bin=$(/src/hack/build-dist.sh) \
+    && install -D -m 0755 "$bin" /out/memcached-operator
 
-# cc-debian12 carries glibc and libgcc, which a Rust binary built on Debian links against,
-# and nothing else; its `nonroot` tag runs as 65532:65532.
-FROM gcr.io/distroless/cc-debian12:nonroot
+# static-debian12 carries CA certificates, /etc/passwd and tzdata, and no libc: the binary
+# brings its own; its `nonroot` tag runs as 65532:65532.
+FROM gcr.io/distroless/static-debian12:nonroot
 LABEL org.opencontainers.image.title="memcached-operator" \
       org.opencontainers.image.description="Keeps a Deployment of memcached Pods scaled to each Memcached resource's spec.size" \
       org.opencontainers.image.licenses="Apache-2.0"

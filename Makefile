@@ -18,7 +18,7 @@ export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
 .PHONY: all demo test test-unit test-cluster lint fmt cluster cluster-down cluster-status \
 	testenv bench bench-decode bench-queue bench-informer bench-runtime bench-operator protoschema \
-	manifests install uninstall run deploy undeploy
+	manifests install uninstall run dist deploy undeploy
 
 all: lint test-unit
 
@@ -87,6 +87,11 @@ uninstall:
 ## run: run the operator in the foreground against the current kubeconfig (flags in RUN_ARGS)
 run:
 	cargo run --release -p memcached-operator -- $(RUN_ARGS)
+
+## dist: build the operator as the image ships it (hack/build-dist.sh: the dist profile,
+## linked statically) and print its path
+dist:
+	hack/build-dist.sh
 
 ## deploy: deploy the operator (CRD, RBAC, manager, webhooks) with image IMG to the current
 ## cluster, with a generated webhook certificate (config/deploy-overlay.sh, into target/deploy)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The Memcached operator beside the same operator on controller-runtime: `make bench-operator`.
 
-Builds our operator (cmd/memcached-operator) as the image ships it (the `dist` profile), the
+Builds our operator (cmd/memcached-operator) as the image ships it (`hack/build-dist.sh`: the
+`dist` profile, linked statically), the
 driver (cmd/operator-bench, release) and the Go peer (benches/clientgo/cmd/operator-peer: the
 same operator on controller-runtime v0.24.1), makes sure the real local cluster is up (`make cluster`, which leaves a running
 cluster alone), installs the Memcached CRD (`operator-bench install-crd`), then runs
@@ -50,7 +51,9 @@ import harness
 from harness import KUBECONFIG, fmt_mib, fmt_ms, fmt_ratio, free_port, log, memory_of, stop
 
 OUT_DIR = os.path.join(harness.ROOT, "target", "bench-operator")
-OURS = harness.release_bin("memcached-operator", profile="dist")
+HOST = subprocess.run(["rustc", "-vV"], capture_output=True, text=True,
+                      check=True).stdout.split("host: ")[1].split()[0]
+OURS = harness.release_bin("memcached-operator", profile=os.path.join(HOST, "dist"))
 DRIVER = harness.release_bin("operator-bench")
 THEIRS = os.path.join(OUT_DIR, "operator-peer")
 PEER = "controller-runtime"
@@ -65,9 +68,10 @@ class StepFailed(Exception):
 
 
 def build():
-    log("bench-operator: building memcached-operator (the dist profile, as the image ships "
+    log("bench-operator: building memcached-operator (hack/build-dist.sh, as the image ships "
         "it), operator-bench (release) and the Go peer")
-    harness.cargo_build("--profile", "dist", "-p", "memcached-operator")
+    subprocess.run([os.path.join(harness.ROOT, "hack", "build-dist.sh"), "--quiet"],
+                   cwd=harness.ROOT, check=True, stdout=subprocess.DEVNULL)
     harness.cargo_build("--release", "-p", "operator-bench")
     harness.go_build(THEIRS, "./cmd/operator-peer")
 
@@ -262,7 +266,7 @@ def main():
                         help="our operator's --kube-api-qps (default -1: no client-side "
                              "limit, its default, as controller-runtime's GetConfig)")
     parser.add_argument("--ours-bin", default=OURS,
-                        help="our operator's binary (default: the dist build), e.g. one "
+                        help="our operator's binary (default: hack/build-dist.sh's), e.g. one "
                              "built with another profile")
     parser.add_argument("--peer-strip", action="store_true",
                         help="run the peer with --strip-managed-fields "

@@ -20,6 +20,8 @@ use controller_runtime::runtime::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::prelude::*;
 
 const DELAY: &str = "mirror.example.com/delay-seconds";
 
@@ -83,11 +85,13 @@ fn same_data(secret: &Secret, cm: &ConfigMap) -> bool {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
+    let filter: Targets = std::env::var("RUST_LOG")
+        .as_deref()
+        .unwrap_or("info")
+        .parse()?;
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .init();
     let mut options = ManagerOptions::default();
     let mut args = std::env::args().skip(1);

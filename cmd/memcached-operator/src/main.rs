@@ -12,6 +12,7 @@ use controller_runtime::runtime::leader_election::LeaderElectionConfig;
 use controller_runtime::runtime::server::parse_bind_address;
 use controller_runtime::runtime::webhook::WebhookOptions;
 use controller_runtime::runtime::{CacheOptions, Manager, ManagerOptions};
+use tracing_subscriber::filter::{LevelFilter, Targets};
 
 /// Keeps a Deployment of memcached Pods scaled to each Memcached resource's spec.size.
 #[derive(Debug, Parser)]
@@ -97,7 +98,7 @@ async fn main() -> anyhow::Result<()> {
         print!("{}", memcached_operator::crd_yaml());
         return Ok(());
     }
-    init_logging(&flags.log_level, &flags.log_format);
+    init_logging(&flags.log_level, &flags.log_format)?;
 
     let config = match &flags.kubeconfig {
         Some(path) => Config::from_kubeconfig(&KubeconfigOptions {
@@ -157,17 +158,37 @@ fn rate_limit(qps: f64, burst: u32) -> anyhow::Result<Option<RateLimit>> {
     ))
 }
 
-fn init_logging(level: &str, format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
+/// Logs to stderr, filtered by [`log_filter`].
+fn init_logging(level: &str, format: &str) -> anyhow::Result<()> {
+    use tracing_subscriber::{fmt, prelude::*};
+    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref(), level)?;
+    let json = format == "json";
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(json.then(|| fmt::layer().json().with_writer(std::io::stderr)))
+        .with((!json).then(|| fmt::layer().with_ansi(ansi).with_writer(std::io::stderr)))
+        .init();
+    Ok(())
+}
+
+/// What is logged: `RUST_LOG`'s directives when it is set (e.g. `info`, or
+/// `memcached_operator=debug,info`: a default level and levels per module), else `--log-level`.
+///
+/// # Errors
+///
+/// When either does not parse: a typo must not silently change what is logged.
+fn log_filter(rust_log: Option<&str>, level: &str) -> anyhow::Result<Targets> {
+    match rust_log {
+        Some(directives) if !directives.trim().is_empty() => directives.parse().with_context(|| {
+            format!("RUST_LOG={directives:?}: expected `level` or `module=level` directives, comma-separated")
+        }),
+        _ => {
+            let level = level.parse::<LevelFilter>().with_context(|| {
+                format!("--log-level {level:?}: expected error, warn, info, debug or trace")
+            })?;
+            Ok(Targets::new().with_default(level))
+        }
     }
 }
 
@@ -247,5 +268,27 @@ mod tests {
     fn the_crd_subcommand_parses() {
         let flags = Flags::try_parse_from(["memcached-operator", "crd"]).unwrap();
         assert!(matches!(flags.command, Some(Command::Crd)));
+    }
+
+    #[test]
+    fn rust_log_overrides_the_log_level_and_typos_in_either_are_errors() {
+        use tracing::Level;
+        let from_flag = log_filter(None, "warn").unwrap();
+        assert!(from_flag.would_enable("memcached_operator", &Level::WARN));
+        assert!(!from_flag.would_enable("memcached_operator", &Level::INFO));
+
+        let from_env = log_filter(Some("memcached_operator=debug,error"), "warn").unwrap();
+        assert!(from_env.would_enable("memcached_operator::reconcile", &Level::DEBUG));
+        assert!(!from_env.would_enable("controller_runtime", &Level::WARN));
+        assert!(
+            log_filter(Some(" "), "info")
+                .unwrap()
+                .would_enable("x", &Level::INFO)
+        );
+
+        let bad_flag = log_filter(None, "infoo").unwrap_err();
+        assert!(format!("{bad_flag:#}").contains("--log-level \"infoo\""));
+        let bad_env = log_filter(Some("memcached_operator=loud"), "info").unwrap_err();
+        assert!(format!("{bad_env:#}").contains("RUST_LOG=\"memcached_operator=loud\""));
     }
 }
