@@ -103,8 +103,14 @@ pub struct ReflectorOptions {
     /// Use streaming lists (WatchList, `sendInitialEvents`) and fall back to LIST when the
     /// server refuses them. On by default.
     pub watch_list: bool,
-    /// Watches ask the server to end them after a random time between this and twice this.
-    /// client-go's 5 minutes by default.
+    /// Watches ask the server to end them after a random time between this and twice this,
+    /// so that watches do not all end together. 5 minutes by default.
+    ///
+    /// As in client-go, a value below 5 minutes is raised to 5 minutes: only longer
+    /// timeouts are honoured, so no reflector makes the control plane serve re-watches more
+    /// often than client-go's do. The timeout is a request to the server, never a deadline
+    /// the reflector keeps; a test that needs a watch to end sooner ends it from its
+    /// [`ListerWatcher`] (a scripted stream that closes, a proxy that cuts the connection).
     pub min_watch_timeout: Duration,
 }
 
@@ -115,7 +121,7 @@ impl Default for ReflectorOptions {
             resync_period: None,
             page_size: None,
             watch_list: true,
-            min_watch_timeout: Duration::from_secs(300),
+            min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
         }
     }
 }
@@ -743,9 +749,14 @@ where
         State::Wait(Box::new(State::Start))
     }
 
-    /// A watch timeout in `[min, 2·min)` seconds, so watches do not all end together.
+    /// A watch timeout in `[min, 2·min)` seconds, so watches do not all end together; `min`
+    /// is [`ReflectorOptions::min_watch_timeout`], at least 5 minutes.
     fn watch_timeout(&mut self) -> u32 {
-        let min = self.options.min_watch_timeout.as_secs_f64();
+        let min = self
+            .options
+            .min_watch_timeout
+            .max(DEFAULT_MIN_WATCH_TIMEOUT)
+            .as_secs_f64();
         (min + self.jitter.next_f64() * min) as u32
     }
 
@@ -851,6 +862,10 @@ enum StreamListEnd {
     /// The request or the stream failed (a very short stream included).
     Failed(Error),
 }
+
+/// client-go's `defaultMinWatchTimeout`, and the floor of
+/// [`ReflectorOptions::min_watch_timeout`].
+const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A watch that closes sooner than this without an event is "very short": something is
 /// wrong, and it is not simply watched again.

@@ -644,6 +644,64 @@ async fn a_watch_that_took_a_second_to_open_and_closed_at_once_is_not_too_short(
     assert_eq!(watch_from(&calls[2]), plain_watch("10"));
 }
 
+/// The `timeoutSeconds` of every watch request the script saw.
+fn watch_timeouts(script: &Script) -> Vec<u32> {
+    script
+        .calls()
+        .iter()
+        .filter_map(|c| match c {
+            Call::Watch(w) => Some(w.timeout_seconds),
+            Call::List(_) => None,
+        })
+        .collect()
+}
+
+/// A list, then `n` watches that each close normally after a few seconds.
+fn list_then_watches(n: usize) -> Script {
+    let mut replies = vec![page(&["a"], "10", None)];
+    replies.extend((0..n).map(|_| Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(5))]))));
+    Script::new(replies)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_min_watch_timeout_below_five_minutes_is_raised_to_five_minutes() {
+    for short in [
+        Duration::ZERO,
+        Duration::from_secs(1),
+        Duration::from_secs(299),
+    ] {
+        let script = list_then_watches(8);
+        let options = ReflectorOptions {
+            min_watch_timeout: short,
+            ..no_watch_list()
+        };
+        run(&script, options).await;
+        let timeouts = watch_timeouts(&script);
+        assert!(timeouts.len() >= 8, "{timeouts:?}");
+        // As in client-go: only values above the 5-minute default are taken.
+        assert!(
+            timeouts.iter().all(|t| (300..600).contains(t)),
+            "{short:?}: {timeouts:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_min_watch_timeout_above_five_minutes_is_honoured() {
+    let script = list_then_watches(8);
+    let options = ReflectorOptions {
+        min_watch_timeout: Duration::from_secs(900),
+        ..no_watch_list()
+    };
+    run(&script, options).await;
+    let timeouts = watch_timeouts(&script);
+    assert!(timeouts.len() >= 8, "{timeouts:?}");
+    assert!(
+        timeouts.iter().all(|t| (900..1800).contains(t)),
+        "{timeouts:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_watch_error_handler_hears_failed_lists_and_watch_requests_only() {
     let script = Script::new(vec![
