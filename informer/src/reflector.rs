@@ -29,7 +29,10 @@
 //! the list it retries, and lists go on asking for `""` until one succeeds. The pager follows
 //! continue tokens with no version, and if a token has expired it lists once more in full.
 //! Once a `"0"` list came back in pages (a full list after an expired token included), every
-//! later list pages too: no watch cache serves the collection.
+//! later list pages too: no watch cache serves the collection. A watch from `""` or `"0"`
+//! (after a list that returned no version) starts with synthetic ADDED events in no version
+//! order: they leave the version alone until an event of another kind arrives, after which
+//! every event, ADDED included, moves it on.
 //!
 //! Every wait between attempts comes from [`Backoff`]: 0.8 s doubling to 30 s, jittered,
 //! reset after two minutes.
@@ -614,6 +617,12 @@ where
     /// Watches until the stream ends, and decides what comes next.
     async fn watch(&mut self, stream: Option<LW::Stream>) -> State<LW::Stream> {
         let from = self.last_sync.lock().clone();
+        // A watch from "" or "0" begins with synthetic ADDED events for the current state,
+        // in no version order: they must not move the version on. The first event of any
+        // other kind ends them, and from then on every event moves it, ADDED ones too
+        // (client-go's `eventReceivedBesidesAdded`). A stream handed over by a streaming
+        // list is past its initial events already.
+        let mut in_order = stream.is_some() || !(from.is_empty() || from == "0");
         // As in client-go, the clock starts before the request: some proxies send the
         // response headers only with the first event.
         let started = Instant::now();
@@ -649,9 +658,6 @@ where
                 }
             }
         };
-        // Synthetic ADDED events of a watch from "" or "0" are not in version order: only
-        // later events move the version on.
-        let unordered_start = from.is_empty() || from == "0";
         let mut events = 0usize;
         loop {
             let next = self
@@ -661,7 +667,7 @@ where
             let (end, then) = match next {
                 Some(Ok(event)) => {
                     events += 1;
-                    self.apply(event, unordered_start);
+                    self.apply(event, &mut in_order);
                     continue;
                 }
                 None if events == 0 && started.elapsed() < VERY_SHORT_WATCH => {
@@ -694,15 +700,16 @@ where
         }
     }
 
-    /// Applies one watch event to the store and moves the version on.
-    fn apply(&mut self, event: WatchEvent<K>, unordered_start: bool) {
+    /// Applies one watch event to the store and moves the version on if the watch's events
+    /// are `in_order`, which the first event other than ADDED makes them (see `watch`).
+    fn apply(&mut self, event: WatchEvent<K>, in_order: &mut bool) {
+        if !matches!(event, WatchEvent::Added(_)) {
+            *in_order = true;
+        }
         // The version is copied into a scratch buffer before the object is handed on, and
         // swapped in after: no allocation per event, and the store has the object before
         // the version says so.
-        let ordered = match &event {
-            WatchEvent::Added(_) => !unordered_start,
-            _ => true,
-        };
+        let ordered = *in_order;
         let version = match &event {
             WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) => {
                 obj.resource_version()

@@ -761,6 +761,54 @@ async fn bookmarks_move_the_version_on_without_touching_objects() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn after_a_list_without_a_version_added_events_move_it_once_another_event_came() {
+    for list_rv in ["", "0"] {
+        let script = Script::new(vec![
+            page(&["a"], list_rv, None),
+            // Only the synthetic ADDED events of the current state, in no version order: the
+            // version stays where the list left it.
+            Reply::Watch(Ok(vec![
+                Step::Event(WatchEvent::Added(cm("b", "9"))),
+                Step::Event(WatchEvent::Added(cm("c", "4"))),
+                Step::Pause(Duration::from_secs(5)),
+            ])),
+            // A change ends them: from there on every event moves the version, ADDED too.
+            Reply::Watch(Ok(vec![
+                Step::Event(WatchEvent::Added(cm("d", "3"))),
+                Step::Event(WatchEvent::Modified(cm("a", "11"))),
+                Step::Event(WatchEvent::Added(cm("e", "12"))),
+                Step::Pause(Duration::from_secs(5)),
+            ])),
+            Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(5))])),
+        ]);
+        let (store, _) = run(&script, no_watch_list()).await;
+        let watches: Vec<_> = script.calls().iter().filter_map(watch_from).collect();
+        let from_list = (!list_rv.is_empty()).then(|| list_rv.to_owned());
+        assert_eq!(
+            watches[..3],
+            [
+                (from_list.clone(), false),
+                (from_list, false),
+                // Not "11": the re-watch does not replay the ADDED event of "e".
+                plain_watch("12").unwrap(),
+            ],
+            "list at {list_rv:?}"
+        );
+        assert_eq!(
+            store.ops(),
+            [
+                format!("replace [a] @{list_rv}").as_str(),
+                "add b",
+                "add c",
+                "add d",
+                "update a",
+                "add e"
+            ]
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn watch_list_replaces_at_the_initial_events_end_bookmark_and_keeps_the_stream() {
     let script = Script::new(vec![Reply::Watch(Ok(vec![
         Step::Event(WatchEvent::Added(cm("a", "5"))),
