@@ -35,7 +35,7 @@
 //! every event, ADDED included, moves it on.
 //!
 //! Every wait between attempts comes from [`Backoff`]: 0.8 s doubling to 30 s, jittered,
-//! reset after two minutes.
+//! reset after two minutes, unless [`ReflectorOptions::backoff`] says otherwise.
 //!
 //! A *watch phase* runs from a completed list (or streaming list) to the decision to list
 //! again. Its resync timer, client-go's resync goroutine, fires every
@@ -65,7 +65,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::backoff::{Backoff, Jitter};
+use crate::backoff::{Backoff, BackoffOptions, Jitter};
 use crate::lister_watcher::{
     Error, ErrorKind, EventStream, ListOptions, ListerWatcher, Result, WatchEvent, WatchOptions,
 };
@@ -115,6 +115,11 @@ pub struct ReflectorOptions {
     /// the reflector keeps; a test that needs a watch to end sooner ends it from its
     /// [`ListerWatcher`] (a scripted stream that closes, a proxy that cuts the connection).
     pub min_watch_timeout: Duration,
+    /// The waits between attempts: before a list-and-watch round after a failed one, and
+    /// before a watch request again after 429 or a refused connection (one sequence for
+    /// both, as client-go's reflector shares its backoff manager). client-go's 800 ms
+    /// doubling to 30 s, fully jittered, reset after 2 minutes, by default.
+    pub backoff: BackoffOptions,
 }
 
 impl Default for ReflectorOptions {
@@ -125,6 +130,7 @@ impl Default for ReflectorOptions {
             page_size: None,
             watch_list: true,
             min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
+            backoff: BackoffOptions::default(),
         }
     }
 }
@@ -277,7 +283,7 @@ where
             scratch_version: String::new(),
             version_unavailable: false,
             paginated: false,
-            backoff: Backoff::default(),
+            backoff: Backoff::new(options.backoff),
             jitter: Jitter::new(),
             resync: ResyncTimer {
                 period: options.resync_period,
