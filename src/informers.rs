@@ -43,7 +43,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use informer::{InformerOptions, Object, ReflectorOptions, SharedIndexInformer};
+use informer::{BackoffOptions, InformerOptions, Object, ReflectorOptions, SharedIndexInformer};
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -207,6 +207,7 @@ pub struct InformerFactory {
     namespace: Option<String>,
     resync: Duration,
     watch_list: bool,
+    backoff: BackoffOptions,
     /// Selectors by (group, kind).
     selectors: HashMap<(&'static str, &'static str), Selectors>,
     state: Mutex<FactoryState>,
@@ -237,6 +238,7 @@ impl InformerFactory {
             namespace: None,
             resync: Duration::ZERO,
             watch_list: true,
+            backoff: BackoffOptions::default(),
             selectors: HashMap::new(),
             state: Mutex::default(),
             running: Arc::new(watch::Sender::new(0)),
@@ -261,6 +263,13 @@ impl InformerFactory {
     /// paged LIST; see [`ReflectorOptions::watch_list`].
     pub fn watch_list(mut self, enabled: bool) -> Self {
         self.watch_list = enabled;
+        self
+    }
+
+    /// How the reflectors of informers made from now on wait between attempts (client-go's
+    /// by default); see [`ReflectorOptions::backoff`].
+    pub fn backoff(mut self, backoff: BackoffOptions) -> Self {
+        self.backoff = backoff;
         self
     }
 
@@ -381,6 +390,7 @@ impl InformerFactory {
                 reflector: ReflectorOptions {
                     name,
                     watch_list: self.watch_list,
+                    backoff: self.backoff,
                     ..ReflectorOptions::default()
                 },
             },

@@ -159,7 +159,7 @@ mod reflector;
 mod shared_informer;
 mod store;
 
-pub use backoff::Backoff;
+pub use backoff::{Backoff, BackoffOptions};
 pub use delta_fifo::{
     Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, Deltas, DeltasIntoIter,
     KnownObjects, PopError, QueueSnapshot, QueuedDelta, Transformer,

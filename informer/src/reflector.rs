@@ -29,10 +29,13 @@
 //! the list it retries, and lists go on asking for `""` until one succeeds. The pager follows
 //! continue tokens with no version, and if a token has expired it lists once more in full.
 //! Once a `"0"` list came back in pages (a full list after an expired token included), every
-//! later list pages too: no watch cache serves the collection.
+//! later list pages too: no watch cache serves the collection. A watch from `""` or `"0"`
+//! (after a list that returned no version) starts with synthetic ADDED events in no version
+//! order: they leave the version alone until an event of another kind arrives, after which
+//! every event, ADDED included, moves it on.
 //!
 //! Every wait between attempts comes from [`Backoff`]: 0.8 s doubling to 30 s, jittered,
-//! reset after two minutes.
+//! reset after two minutes, unless [`ReflectorOptions::backoff`] says otherwise.
 //!
 //! A *watch phase* runs from a completed list (or streaming list) to the decision to list
 //! again. Its resync timer, client-go's resync goroutine, fires every
@@ -62,7 +65,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::backoff::{Backoff, Jitter};
+use crate::backoff::{Backoff, BackoffOptions, Jitter};
 use crate::lister_watcher::{
     Error, ErrorKind, EventStream, ListOptions, ListerWatcher, Result, WatchEvent, WatchOptions,
 };
@@ -103,9 +106,20 @@ pub struct ReflectorOptions {
     /// Use streaming lists (WatchList, `sendInitialEvents`) and fall back to LIST when the
     /// server refuses them. On by default.
     pub watch_list: bool,
-    /// Watches ask the server to end them after a random time between this and twice this.
-    /// client-go's 5 minutes by default.
+    /// Watches ask the server to end them after a random time between this and twice this,
+    /// so that watches do not all end together. 5 minutes by default.
+    ///
+    /// As in client-go, a value below 5 minutes is raised to 5 minutes: only longer
+    /// timeouts are honoured, so no reflector makes the control plane serve re-watches more
+    /// often than client-go's do. The timeout is a request to the server, never a deadline
+    /// the reflector keeps; a test that needs a watch to end sooner ends it from its
+    /// [`ListerWatcher`] (a scripted stream that closes, a proxy that cuts the connection).
     pub min_watch_timeout: Duration,
+    /// The waits between attempts: before a list-and-watch round after a failed one, and
+    /// before a watch request again after 429 or a refused connection (one sequence for
+    /// both, as client-go's reflector shares its backoff manager). client-go's 800 ms
+    /// doubling to 30 s, fully jittered, reset after 2 minutes, by default.
+    pub backoff: BackoffOptions,
 }
 
 impl Default for ReflectorOptions {
@@ -115,7 +129,8 @@ impl Default for ReflectorOptions {
             resync_period: None,
             page_size: None,
             watch_list: true,
-            min_watch_timeout: Duration::from_secs(300),
+            min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
+            backoff: BackoffOptions::default(),
         }
     }
 }
@@ -268,7 +283,7 @@ where
             scratch_version: String::new(),
             version_unavailable: false,
             paginated: false,
-            backoff: Backoff::default(),
+            backoff: Backoff::new(options.backoff),
             jitter: Jitter::new(),
             resync: ResyncTimer {
                 period: options.resync_period,
@@ -608,6 +623,12 @@ where
     /// Watches until the stream ends, and decides what comes next.
     async fn watch(&mut self, stream: Option<LW::Stream>) -> State<LW::Stream> {
         let from = self.last_sync.lock().clone();
+        // A watch from "" or "0" begins with synthetic ADDED events for the current state,
+        // in no version order: they must not move the version on. The first event of any
+        // other kind ends them, and from then on every event moves it, ADDED ones too
+        // (client-go's `eventReceivedBesidesAdded`). A stream handed over by a streaming
+        // list is past its initial events already.
+        let mut in_order = stream.is_some() || !(from.is_empty() || from == "0");
         // As in client-go, the clock starts before the request: some proxies send the
         // response headers only with the first event.
         let started = Instant::now();
@@ -643,9 +664,6 @@ where
                 }
             }
         };
-        // Synthetic ADDED events of a watch from "" or "0" are not in version order: only
-        // later events move the version on.
-        let unordered_start = from.is_empty() || from == "0";
         let mut events = 0usize;
         loop {
             let next = self
@@ -655,7 +673,7 @@ where
             let (end, then) = match next {
                 Some(Ok(event)) => {
                     events += 1;
-                    self.apply(event, unordered_start);
+                    self.apply(event, &mut in_order);
                     continue;
                 }
                 None if events == 0 && started.elapsed() < VERY_SHORT_WATCH => {
@@ -688,15 +706,16 @@ where
         }
     }
 
-    /// Applies one watch event to the store and moves the version on.
-    fn apply(&mut self, event: WatchEvent<K>, unordered_start: bool) {
+    /// Applies one watch event to the store and moves the version on if the watch's events
+    /// are `in_order`, which the first event other than ADDED makes them (see `watch`).
+    fn apply(&mut self, event: WatchEvent<K>, in_order: &mut bool) {
+        if !matches!(event, WatchEvent::Added(_)) {
+            *in_order = true;
+        }
         // The version is copied into a scratch buffer before the object is handed on, and
         // swapped in after: no allocation per event, and the store has the object before
         // the version says so.
-        let ordered = match &event {
-            WatchEvent::Added(_) => !unordered_start,
-            _ => true,
-        };
+        let ordered = *in_order;
         let version = match &event {
             WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) => {
                 obj.resource_version()
@@ -743,9 +762,14 @@ where
         State::Wait(Box::new(State::Start))
     }
 
-    /// A watch timeout in `[min, 2·min)` seconds, so watches do not all end together.
+    /// A watch timeout in `[min, 2·min)` seconds, so watches do not all end together; `min`
+    /// is [`ReflectorOptions::min_watch_timeout`], at least 5 minutes.
     fn watch_timeout(&mut self) -> u32 {
-        let min = self.options.min_watch_timeout.as_secs_f64();
+        let min = self
+            .options
+            .min_watch_timeout
+            .max(DEFAULT_MIN_WATCH_TIMEOUT)
+            .as_secs_f64();
         (min + self.jitter.next_f64() * min) as u32
     }
 
@@ -851,6 +875,10 @@ enum StreamListEnd {
     /// The request or the stream failed (a very short stream included).
     Failed(Error),
 }
+
+/// client-go's `defaultMinWatchTimeout`, and the floor of
+/// [`ReflectorOptions::min_watch_timeout`].
+const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A watch that closes sooner than this without an event is "very short": something is
 /// wrong, and it is not simply watched again.

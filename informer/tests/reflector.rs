@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use informer::lister_watcher::{Error, ErrorKind, Result, WatchEvent};
 use informer::{
-    EventStream, ListOptions, ListPage, ListerWatcher, Reflector, ReflectorOptions, ReflectorStore,
-    Trace, WatchOptions,
+    BackoffOptions, EventStream, ListOptions, ListPage, ListerWatcher, Reflector, ReflectorOptions,
+    ReflectorStore, Trace, WatchOptions,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use parking_lot::Mutex;
@@ -604,6 +604,137 @@ async fn too_many_requests_on_watch_backs_off_and_watches_again_without_relistin
     }
 }
 
+/// Runs the reflector as `run` does, noting when (on paused time, from the start) each
+/// trace came.
+async fn run_timed(script: &Script, options: ReflectorOptions) -> Vec<(Duration, Trace)> {
+    let start = tokio::time::Instant::now();
+    let traces = Arc::new(Mutex::new(Vec::new()));
+    let t = traces.clone();
+    let reflector = Reflector::new(script.clone(), Recorder::default(), options)
+        .on_trace(move |trace| t.lock().push((start.elapsed(), trace.clone())));
+    let handle = tokio::spawn(reflector.run(std::future::pending()));
+    while !script.done() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    handle.abort();
+    traces.lock().clone()
+}
+
+/// The time between one watch or list request and the next.
+fn gaps_between_requests(traces: &[(Duration, Trace)]) -> Vec<Duration> {
+    let starts: Vec<Duration> = traces
+        .iter()
+        .filter(|(_, t)| {
+            matches!(
+                t,
+                Trace::WatchStarted { .. }
+                    | Trace::ListPage {
+                        continued: false,
+                        ..
+                    }
+            )
+        })
+        .map(|(at, _)| *at)
+        .collect();
+    starts.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+fn secs(s: &[u64]) -> Vec<Duration> {
+    s.iter().map(|&s| Duration::from_secs(s)).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_reflector_waits_the_configured_backoff() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        Reply::Watch(Err(fail(ErrorKind::ConnectionRefused))),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(5))])),
+    ]);
+    let options = ReflectorOptions {
+        backoff: BackoffOptions {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(4),
+            factor: 2.0,
+            jitter: 0.0,
+            reset_after: Duration::from_secs(600),
+        },
+        ..no_watch_list()
+    };
+    let traces = run_timed(&script, options).await;
+    // The list, then each watch after the one before failed: 1 s doubling to 4 s; the last
+    // watch closes after 5 s and is watched again at once.
+    assert_eq!(gaps_between_requests(&traces), secs(&[0, 1, 2, 4, 4, 4, 5]));
+    let delays: Vec<Duration> = traces
+        .iter()
+        .filter_map(|(_, t)| match t {
+            Trace::Backoff { delay } => Some(*delay),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(delays, secs(&[1, 2, 4, 4, 4]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_configured_jitter_stretches_each_backoff_at_most_that_much() {
+    let mut replies = vec![page(&["a"], "10", None)];
+    replies.extend((0..8).map(|_| Reply::Watch(Err(fail(ErrorKind::TooManyRequests)))));
+    replies.push(Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(5))])));
+    let script = Script::new(replies);
+    let options = ReflectorOptions {
+        backoff: BackoffOptions {
+            initial: Duration::from_secs(2),
+            max: Duration::from_secs(2),
+            jitter: 0.5,
+            ..BackoffOptions::default()
+        },
+        ..no_watch_list()
+    };
+    let gaps = gaps_between_requests(&run_timed(&script, options).await);
+    // The list, nine watches, and the re-watch after the last closed normally.
+    assert_eq!(gaps.len(), 10);
+    for gap in &gaps[1..9] {
+        assert!(
+            *gap >= Duration::from_secs(2) && *gap < Duration::from_secs(3),
+            "{gaps:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_backoff_starts_again_after_the_configured_reset() {
+    let script = Script::new(vec![
+        page(&["a"], "10", None),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        Reply::Watch(Err(fail(ErrorKind::TooManyRequests))),
+        // A watch that runs for half a minute, then fails: the relist waits the initial
+        // delay again, the sequence having started more than 10 s before.
+        Reply::Watch(Ok(vec![
+            Step::Pause(Duration::from_secs(30)),
+            Step::Fail(ErrorKind::Other),
+        ])),
+        page(&["a"], "20", None),
+        Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(5))])),
+    ]);
+    let options = ReflectorOptions {
+        backoff: BackoffOptions {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(8),
+            factor: 2.0,
+            jitter: 0.0,
+            reset_after: Duration::from_secs(10),
+        },
+        ..no_watch_list()
+    };
+    let traces = run_timed(&script, options).await;
+    // List, watch, 1 s, watch, 2 s, watch (30 s), 1 s, list, watch (5 s), watch.
+    assert_eq!(gaps_between_requests(&traces), secs(&[0, 1, 2, 31, 0, 5]));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_watch_ending_at_once_without_events_is_too_short_and_relists() {
     let script = Script::new(vec![
@@ -642,6 +773,64 @@ async fn a_watch_that_took_a_second_to_open_and_closed_at_once_is_not_too_short(
     assert_eq!(watch_from(&calls[1]), plain_watch("10"));
     // Closed normally: watched again, no relist.
     assert_eq!(watch_from(&calls[2]), plain_watch("10"));
+}
+
+/// The `timeoutSeconds` of every watch request the script saw.
+fn watch_timeouts(script: &Script) -> Vec<u32> {
+    script
+        .calls()
+        .iter()
+        .filter_map(|c| match c {
+            Call::Watch(w) => Some(w.timeout_seconds),
+            Call::List(_) => None,
+        })
+        .collect()
+}
+
+/// A list, then `n` watches that each close normally after a few seconds.
+fn list_then_watches(n: usize) -> Script {
+    let mut replies = vec![page(&["a"], "10", None)];
+    replies.extend((0..n).map(|_| Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(5))]))));
+    Script::new(replies)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_min_watch_timeout_below_five_minutes_is_raised_to_five_minutes() {
+    for short in [
+        Duration::ZERO,
+        Duration::from_secs(1),
+        Duration::from_secs(299),
+    ] {
+        let script = list_then_watches(8);
+        let options = ReflectorOptions {
+            min_watch_timeout: short,
+            ..no_watch_list()
+        };
+        run(&script, options).await;
+        let timeouts = watch_timeouts(&script);
+        assert!(timeouts.len() >= 8, "{timeouts:?}");
+        // As in client-go: only values above the 5-minute default are taken.
+        assert!(
+            timeouts.iter().all(|t| (300..600).contains(t)),
+            "{short:?}: {timeouts:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_min_watch_timeout_above_five_minutes_is_honoured() {
+    let script = list_then_watches(8);
+    let options = ReflectorOptions {
+        min_watch_timeout: Duration::from_secs(900),
+        ..no_watch_list()
+    };
+    run(&script, options).await;
+    let timeouts = watch_timeouts(&script);
+    assert!(timeouts.len() >= 8, "{timeouts:?}");
+    assert!(
+        timeouts.iter().all(|t| (900..1800).contains(t)),
+        "{timeouts:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -700,6 +889,54 @@ async fn bookmarks_move_the_version_on_without_touching_objects() {
     let (store, _) = run(&script, no_watch_list()).await;
     assert_eq!(watch_from(&script.calls()[2]), plain_watch("30"));
     assert_eq!(store.ops(), ["replace [a] @10", "bookmark @30"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_list_without_a_version_added_events_move_it_once_another_event_came() {
+    for list_rv in ["", "0"] {
+        let script = Script::new(vec![
+            page(&["a"], list_rv, None),
+            // Only the synthetic ADDED events of the current state, in no version order: the
+            // version stays where the list left it.
+            Reply::Watch(Ok(vec![
+                Step::Event(WatchEvent::Added(cm("b", "9"))),
+                Step::Event(WatchEvent::Added(cm("c", "4"))),
+                Step::Pause(Duration::from_secs(5)),
+            ])),
+            // A change ends them: from there on every event moves the version, ADDED too.
+            Reply::Watch(Ok(vec![
+                Step::Event(WatchEvent::Added(cm("d", "3"))),
+                Step::Event(WatchEvent::Modified(cm("a", "11"))),
+                Step::Event(WatchEvent::Added(cm("e", "12"))),
+                Step::Pause(Duration::from_secs(5)),
+            ])),
+            Reply::Watch(Ok(vec![Step::Pause(Duration::from_secs(5))])),
+        ]);
+        let (store, _) = run(&script, no_watch_list()).await;
+        let watches: Vec<_> = script.calls().iter().filter_map(watch_from).collect();
+        let from_list = (!list_rv.is_empty()).then(|| list_rv.to_owned());
+        assert_eq!(
+            watches[..3],
+            [
+                (from_list.clone(), false),
+                (from_list, false),
+                // Not "11": the re-watch does not replay the ADDED event of "e".
+                plain_watch("12").unwrap(),
+            ],
+            "list at {list_rv:?}"
+        );
+        assert_eq!(
+            store.ops(),
+            [
+                format!("replace [a] @{list_rv}").as_str(),
+                "add b",
+                "add c",
+                "add d",
+                "update a",
+                "add e"
+            ]
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -93,7 +93,7 @@ impl<K: WatchObject + Send> EventStream<K> for ApiEventStream<K> {
 pub(crate) fn classify(error: Error) -> LwError {
     let kind = if error.is_gone() {
         ErrorKind::Gone
-    } else if error.is_resource_version_too_large() {
+    } else if too_large_resource_version(&error) {
         ErrorKind::TooLargeResourceVersion
     } else if error.is_too_many_requests() {
         ErrorKind::TooManyRequests
@@ -113,6 +113,27 @@ pub(crate) fn classify(error: Error) -> LwError {
     LwError::new(kind, error)
 }
 
+/// Whether the server has not yet reached the resourceVersion asked for, in every form API
+/// servers say so (client-go's `isTooLargeResourceVersionError`): a cause with reason
+/// `ResourceVersionTooLarge`, or a message naming it (servers before 1.17); and, from servers
+/// 1.17.0 to 1.18.5, a `Timeout` whose cause only says "Too large resource version" in its
+/// message, with no reason.
+fn too_large_resource_version(error: &Error) -> bool {
+    if error.is_resource_version_too_large() {
+        return true;
+    }
+    let Some(details) = error.status().and_then(|s| s.details.as_ref()) else {
+        return false;
+    };
+    error.is_server_timeout()
+        && details.causes.iter().flatten().any(|cause| {
+            cause
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("Too large resource version"))
+        })
+}
+
 /// Whether a connection was refused, somewhere in the error's causes.
 fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
@@ -125,4 +146,50 @@ fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
         cause = e.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(status: &str) -> Error {
+        Error::Api(Box::new(serde_json::from_str(status).unwrap()))
+    }
+
+    #[test]
+    fn too_large_resource_version_from_servers_1_17_to_1_18_5_is_recognised_by_its_cause_message() {
+        // A Timeout whose cause carries the message and no reason; the status message does
+        // not name the condition.
+        let error = api_error(
+            r#"{"kind":"Status","status":"Failure","message":"Timeout: request did not complete within the allowed duration","reason":"Timeout","details":{"causes":[{"message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#,
+        );
+        assert_eq!(classify(error).kind(), ErrorKind::TooLargeResourceVersion);
+    }
+
+    #[test]
+    fn too_large_resource_version_is_recognised_by_its_cause_reason() {
+        let error = api_error(
+            r#"{"kind":"Status","status":"Failure","message":"Timeout: request did not complete within the allowed duration","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#,
+        );
+        assert_eq!(classify(error).kind(), ErrorKind::TooLargeResourceVersion);
+    }
+
+    #[test]
+    fn other_timeouts_are_not_too_large_resource_versions() {
+        for status in [
+            r#"{"kind":"Status","status":"Failure","message":"Timeout: request did not complete within the allowed duration","reason":"Timeout","details":{"causes":[{"message":"etcd is slow"}]},"code":504}"#,
+            r#"{"kind":"Status","status":"Failure","message":"Timeout: request did not complete within the allowed duration","reason":"Timeout","code":504}"#,
+        ] {
+            assert_eq!(
+                classify(api_error(status)).kind(),
+                ErrorKind::Other,
+                "{status}"
+            );
+        }
+        // The cause message alone counts only in a Timeout, as in client-go.
+        let conflict = api_error(
+            r#"{"kind":"Status","status":"Failure","message":"conflict","reason":"Conflict","details":{"causes":[{"message":"Too large resource version"}]},"code":409}"#,
+        );
+        assert_eq!(classify(conflict).kind(), ErrorKind::Other);
+    }
 }
