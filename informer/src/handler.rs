@@ -50,7 +50,7 @@ pub type DeletedObject<K> = DeltaObject<K>;
 ///   it must not block: hand work on (add the key to a workqueue, send on a channel) and
 ///   return. A handler that blocks holds a runtime worker thread for as long as it blocks,
 ///   and a task waiting in that worker's queue waits with it. A handler that must block
-///   wraps the blocking part in [`tokio::task::block_in_place`] (multi-threaded runtime),
+///   wraps the blocking part in `tokio::task::block_in_place` (multi-threaded runtime),
 ///   which hands the worker's queue to another thread first.
 /// * **Objects are shared.** The `Arc`s are the cache's own: the indexer, the DeltaFIFO and every
 ///   handler hold the same allocation. Nothing is copied per handler or per event, and nothing
