@@ -383,6 +383,7 @@ impl InformerFactory {
                     watch_list: self.watch_list,
                     ..ReflectorOptions::default()
                 },
+                ..InformerOptions::default()
             },
         ));
         state.informers.insert(

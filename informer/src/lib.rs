@@ -21,7 +21,8 @@
 //!   index [`NAMESPACE_INDEX`]); the FIFO reads it back as its [`KnownObjects`].
 //! * [`SharedIndexInformer`] — a reflector, a DeltaFIFO and an indexer wired together, plus
 //!   its *processor*: one unbounded buffer and one task per registered [`EventHandler`] (or
-//!   [`HandlerFns`]), each with its own resync period and [`Registration::has_synced`].
+//!   [`HandlerFns`]), each with its own resync period and [`Registration::has_synced`]. Its
+//!   pop hook ([`on_pop`](SharedIndexInformer::on_pop)) shows what each pop did ([`PopTrace`]).
 //! * [`Lister`] and [`NamespaceLister`] — read-only queries on the cache: by key, namespace,
 //!   index or label selector.
 //!
@@ -176,5 +177,8 @@ pub use object::{
 };
 pub use processor::{MINIMUM_RESYNC_PERIOD, Registration, determine_resync_period};
 pub use reflector::{LastSync, Reflector, ReflectorOptions, ReflectorStore, Trace, WatchEnd};
-pub use shared_informer::{InformerError, InformerOptions, SharedIndexInformer, WatchErrorHandler};
+pub use shared_informer::{
+    InformerError, InformerOptions, PopAction, PopStep, PopTrace, SharedIndexInformer,
+    WatchErrorHandler,
+};
 pub use store::Indexer;

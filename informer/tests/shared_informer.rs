@@ -837,6 +837,80 @@ async fn tombstone_after_relist(watch_list: bool) {
     running.stop().await;
 }
 
+// === the pop hook ===
+
+#[tokio::test(start_paused = true)]
+async fn the_pop_hook_sees_each_pop_and_what_the_informer_did_in_order() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1"), ("b", "1")], "1");
+    let first = fake.watch();
+    let informer = informer(&fake, Duration::ZERO);
+    informer.add_event_handler(Log::default()).unwrap();
+    let pops = Log::default();
+    let (heard, cache) = (pops.clone(), informer.get_indexer().clone());
+    informer.on_pop(move |pop| {
+        let steps: Vec<String> = pop
+            .steps
+            .iter()
+            .map(|step| {
+                let delta = &step.delta;
+                let rv = delta.object.object().map_or("-", |o| rv(o));
+                let tombstone = if delta.object.is_tombstone() {
+                    " (tombstone)"
+                } else {
+                    ""
+                };
+                let action = step.action;
+                format!(
+                    "{}@{rv}{tombstone} → {action:?} to {}",
+                    delta.kind, step.notified
+                )
+            })
+            .collect();
+        let initial = if pop.is_in_initial_list {
+            " (initial)"
+        } else {
+            ""
+        };
+        let line = format!(
+            "{}{initial}: {}; cache {}",
+            pop.key,
+            steps.join(", "),
+            cache.len()
+        );
+        heard.0.lock().push(line);
+    });
+    let running = run(&informer);
+    settle().await;
+    for event in [
+        WatchEvent::Added(cm("c", "2")),
+        WatchEvent::Modified(cm("c", "3")),
+        WatchEvent::Deleted(cm("c", "4")),
+    ] {
+        first.send(event);
+        settle().await;
+    }
+    // The watch breaks; the relist has `a` unchanged and `b` gone.
+    let _second = fake.watch();
+    fake.list(&[("a", "1")], "5");
+    first.fail(ErrorKind::Gone);
+    pass(5 * SECOND).await;
+
+    assert_eq!(
+        pops.lines(),
+        [
+            "ns/a (initial): Replaced@1 → Add to 1; cache 1",
+            "ns/b (initial): Replaced@1 → Add to 1; cache 2",
+            "ns/c: Added@2 → Add to 1; cache 3",
+            "ns/c: Updated@3 → Update to 1; cache 3",
+            "ns/c: Deleted@4 → Delete to 1; cache 2",
+            "ns/a: Replaced@1 → Resync to 0; cache 2",
+            "ns/b: Deleted@1 (tombstone) → Delete to 1; cache 1",
+        ]
+    );
+    running.stop().await;
+}
+
 fn sorted(lines: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = lines.iter().map(|s| (*s).to_owned()).collect();
     v.sort();
