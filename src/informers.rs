@@ -43,7 +43,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use informer::{InformerOptions, Object, ReflectorOptions, SharedIndexInformer};
+use informer::{FifoKind, InformerOptions, Object, ReflectorOptions, SharedIndexInformer};
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -207,6 +207,7 @@ pub struct InformerFactory {
     namespace: Option<String>,
     resync: Duration,
     watch_list: bool,
+    fifo: FifoKind,
     /// Selectors by (group, kind).
     selectors: HashMap<(&'static str, &'static str), Selectors>,
     state: Mutex<FactoryState>,
@@ -237,6 +238,7 @@ impl InformerFactory {
             namespace: None,
             resync: Duration::ZERO,
             watch_list: true,
+            fifo: FifoKind::Delta,
             selectors: HashMap::new(),
             state: Mutex::default(),
             running: Arc::new(watch::Sender::new(0)),
@@ -261,6 +263,13 @@ impl InformerFactory {
     /// paged LIST; see [`ReflectorOptions::watch_list`].
     pub fn watch_list(mut self, enabled: bool) -> Self {
         self.watch_list = enabled;
+        self
+    }
+
+    /// The queue of the informers made from now on: the DeltaFIFO (the default) or the
+    /// in-order RealFIFO; see [`InformerOptions::fifo`].
+    pub fn fifo(mut self, kind: FifoKind) -> Self {
+        self.fifo = kind;
         self
     }
 
@@ -383,6 +392,7 @@ impl InformerFactory {
                     watch_list: self.watch_list,
                     ..ReflectorOptions::default()
                 },
+                fifo: self.fifo,
                 ..InformerOptions::default()
             },
         ));

@@ -3,10 +3,11 @@
 //!
 //! # Implementation Details
 //!
-//! [`run`](SharedIndexInformer::run) builds the DeltaFIFO (its known objects are the
-//! indexer, it emits `Replaced`, and it holds the transform), spawns the reflector on it, and
-//! pops in a loop. Each pop applies one key's deltas to the indexer and hands out
-//! notifications (client-go's `processDeltas`), oldest delta first:
+//! [`run`](SharedIndexInformer::run) builds the queue — the DeltaFIFO, or with
+//! [`FifoKind::InOrder`] the [`RealFifo`]; its known objects are the indexer, it emits
+//! `Replaced`, and it holds the transform — spawns the reflector on it, and pops in a loop.
+//! Each pop applies its deltas (one key's, or with the RealFIFO a single one) to the indexer
+//! and hands out notifications (client-go's `processDeltas`), oldest delta first:
 //!
 //! | delta | indexer | notification |
 //! |---|---|---|
@@ -15,7 +16,7 @@
 //! | same; key cached, same `resourceVersion` | insert | `on_update(old, new)` only to handlers due for resync |
 //! | `Deleted` | remove | `on_delete(object or tombstone)` to every handler |
 //!
-//! All of it runs under the DeltaFIFO's lock (see [`DeltaFifo::pop`]) and under the informer's
+//! All of it runs under the queue's lock (see [`DeltaFifo::pop`]) and under the informer's
 //! state mutex, which adding a handler also takes; the `processor` module says what that
 //! buys. A pop hook ([`on_pop`](SharedIndexInformer::on_pop)) is told each row taken, as a
 //! [`PopAction`] per delta; without one, a pop builds no trace.
@@ -36,7 +37,8 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::delta_fifo::{
-    Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, Deltas, QueueSnapshot, Transformer,
+    Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, KnownObjects, PopError,
+    QueueSnapshot, Transformer,
 };
 use crate::handler::EventHandler;
 use crate::index::{IndexError, Indexers, namespace_indexers};
@@ -44,7 +46,8 @@ use crate::lister::Lister;
 use crate::lister_watcher::{Error as WatchError, ListerWatcher};
 use crate::object::{Key, Object};
 use crate::processor::{Notification, Processor, Registration};
-use crate::reflector::{LastSync, Reflector, ReflectorOptions, Trace};
+use crate::real_fifo::RealFifo;
+use crate::reflector::{LastSync, Reflector, ReflectorOptions, ReflectorStore, Trace};
 use crate::store::Indexer;
 
 /// Why a call on a [`SharedIndexInformer`] was refused.
@@ -106,6 +109,18 @@ pub enum PopAction {
 type PopHook<K> = Arc<dyn Fn(&PopTrace<K>) + Send + Sync>;
 type TraceHook = Arc<dyn Fn(&Trace) + Send + Sync>;
 
+/// Which queue an informer pops from; see the [crate docs](crate#two-queues) for how the two
+/// differ for a handler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FifoKind {
+    /// The [`DeltaFifo`]: a key's deltas popped together, keys in first-come order.
+    #[default]
+    Delta,
+    /// The [`RealFifo`]: every delta popped alone, in arrival order (client-go's default
+    /// since `InOrderInformers`).
+    InOrder,
+}
+
 /// How a [`SharedIndexInformer`] behaves.
 #[derive(Clone, Debug)]
 pub struct InformerOptions {
@@ -120,6 +135,8 @@ pub struct InformerOptions {
     /// queue where [`queue_snapshot`](SharedIndexInformer::queue_snapshot) shows them; for
     /// tracing tools. [`Duration::ZERO`] (the default) pops at once.
     pub pop_delay: Duration,
+    /// The queue between the reflector and the cache: the DeltaFIFO by default.
+    pub fifo: FifoKind,
 }
 
 impl Default for InformerOptions {
@@ -127,6 +144,7 @@ impl Default for InformerOptions {
         InformerOptions {
             resync_period: Duration::ZERO,
             pop_delay: Duration::ZERO,
+            fifo: FifoKind::Delta,
             reflector: ReflectorOptions {
                 name: "informer".into(),
                 ..ReflectorOptions::default()
@@ -148,7 +166,7 @@ type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// What the informer hands its reflector when it starts.
 struct ReflectorParts<K> {
-    fifo: DeltaFifo<K>,
+    fifo: Queue<K>,
     options: ReflectorOptions,
     should_resync: Arc<dyn Fn() -> bool + Send + Sync>,
     on_error: Option<WatchErrorHandler>,
@@ -207,8 +225,10 @@ struct Inner<K> {
     indexer: Indexer<K>,
     /// [`InformerOptions::pop_delay`].
     pop_delay: Duration,
+    /// [`InformerOptions::fifo`].
+    fifo_kind: FifoKind,
     /// Created by `run`.
-    fifo: OnceLock<DeltaFifo<K>>,
+    fifo: OnceLock<Queue<K>>,
     /// Wakes `wait_synced` callers when `fifo` is set.
     fifo_set: Notify,
     /// The reflector's last synced version, once it exists.
@@ -277,6 +297,7 @@ impl<K: Object> SharedIndexInformer<K> {
                 name: name.clone(),
                 indexer: Indexer::new(namespace_indexers()),
                 pop_delay: options.pop_delay,
+                fifo_kind: options.fifo,
                 fifo: OnceLock::new(),
                 fifo_set: Notify::new(),
                 last_sync: OnceLock::new(),
@@ -427,7 +448,8 @@ impl<K: Object> SharedIndexInformer<K> {
     }
 
     /// What the queue holds: its depth and its first `limit` keys in pop order, each with
-    /// its pending deltas ([`DeltaFifo::snapshot`]); empty before the start.
+    /// its pending deltas ([`DeltaFifo::snapshot`], [`RealFifo::snapshot`]); empty before the
+    /// start.
     pub fn queue_snapshot(&self, limit: usize) -> QueueSnapshot {
         self.inner
             .fifo
@@ -463,7 +485,7 @@ impl<K: Object> SharedIndexInformer<K> {
     }
 
     /// Whether the first list is entirely in the cache: every object the informer's first
-    /// list (or streaming list) returned has been popped from the DeltaFIFO and applied to the
+    /// list (or streaming list) returned has been popped from the queue and applied to the
     /// indexer. False before [`run`](Self::run); never false again once true.
     pub fn has_synced(&self) -> bool {
         self.inner.has_synced()
@@ -543,8 +565,7 @@ impl<K: Object> SharedIndexInformer<K> {
                 if !inner.pop_delay.is_zero() {
                     tokio::time::sleep(inner.pop_delay).await;
                 }
-                let popped = fifo.pop(|deltas, initial| inner.process(deltas, initial));
-                if popped.await.is_err() {
+                if fifo.pop(inner).await.is_err() {
                     break;
                 }
             }
@@ -566,9 +587,9 @@ impl<K: Object> SharedIndexInformer<K> {
         tracing::debug!(informer = %inner.name, "informer stopped");
     }
 
-    /// Marks the informer started, starts the registered handlers, and builds the DeltaFIFO
-    /// and the reflector; `None` if it had started already.
-    fn start(&self) -> Option<(DeltaFifo<K>, JoinHandle<()>)> {
+    /// Marks the informer started, starts the registered handlers, and builds the queue and
+    /// the reflector; `None` if it had started already.
+    fn start(&self) -> Option<(Queue<K>, JoinHandle<()>)> {
         let inner = &self.inner;
         let runtime = tokio::runtime::Handle::current();
         let mut state = inner.state.lock();
@@ -577,11 +598,15 @@ impl<K: Object> SharedIndexInformer<K> {
             return None;
         }
         state.processor.start(runtime.clone());
-        let fifo = DeltaFifo::with_options(DeltaFifoOptions {
-            known_objects: Some(Arc::new(inner.indexer.clone())),
-            emit_delta_type_replaced: true,
-            transformer: state.transform.clone(),
-        });
+        let known: Arc<dyn KnownObjects<K>> = Arc::new(inner.indexer.clone());
+        let fifo = match inner.fifo_kind {
+            FifoKind::Delta => Queue::Delta(DeltaFifo::with_options(DeltaFifoOptions {
+                known_objects: Some(known),
+                emit_delta_type_replaced: true,
+                transformer: state.transform.clone(),
+            })),
+            FifoKind::InOrder => Queue::InOrder(RealFifo::new(known, state.transform.clone())),
+        };
         let check = state.processor.resync_check_period();
         let mut options = state.reflector_options.clone();
         options.resync_period = (!check.is_zero()).then_some(check);
@@ -616,15 +641,14 @@ impl<K: Object> SharedIndexInformer<K> {
 
 impl<K: Object> Inner<K> {
     fn has_synced(&self) -> bool {
-        self.fifo.get().is_some_and(DeltaFifo::has_synced)
+        self.fifo.get().is_some_and(Queue::has_synced)
     }
 
-    /// Applies one key's deltas to the indexer and hands out the notifications, oldest delta
-    /// first (client-go's `processDeltas`); tells the pop hook, if any. Runs under the
-    /// DeltaFIFO's lock.
-    fn process(&self, deltas: Deltas<K>, is_in_initial_list: bool) {
-        let state = self.state.lock();
-        let key = deltas.key().clone();
+    /// Applies one pop's deltas, all of `key`, to the indexer and hands out the
+    /// notifications, oldest delta first (client-go's `processDeltas`); tells the pop hook, if
+    /// any. Runs under the queue's lock.
+    fn process(&self, key: Key, deltas: impl IntoIterator<Item = Delta<K>>, initial: bool) {
+        let (state, is_in_initial_list) = (self.state.lock(), initial);
         let mut steps = Vec::new();
         for delta in deltas {
             let traced = state.on_pop.is_some().then(|| delta.clone());
@@ -685,6 +709,85 @@ impl<K: Object> Inner<K> {
                 (PopAction::Ignore, 0)
             }
         }
+    }
+}
+
+/// The queue an informer pops from, as [`InformerOptions::fifo`] chose it.
+enum Queue<K> {
+    Delta(DeltaFifo<K>),
+    InOrder(RealFifo<K>),
+}
+
+impl<K> Clone for Queue<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Queue::Delta(q) => Queue::Delta(q.clone()),
+            Queue::InOrder(q) => Queue::InOrder(q.clone()),
+        }
+    }
+}
+
+/// Calls the same method on whichever queue it is.
+macro_rules! each {
+    ($queue:expr, $q:ident => $call:expr) => {
+        match $queue {
+            Queue::Delta($q) => $call,
+            Queue::InOrder($q) => $call,
+        }
+    };
+}
+
+impl<K: Object> Queue<K> {
+    /// Pops once into `inner`'s processing.
+    async fn pop(&self, inner: &Inner<K>) -> Result<(), PopError> {
+        match self {
+            Queue::Delta(q) => {
+                q.pop(|d, initial| inner.process(d.key().clone(), d, initial))
+                    .await
+            }
+            Queue::InOrder(q) => {
+                q.pop(|key, d, initial| inner.process(key, [d], initial))
+                    .await
+            }
+        }
+    }
+
+    fn has_synced(&self) -> bool {
+        each!(self, q => q.has_synced())
+    }
+
+    async fn wait_synced(&self) {
+        each!(self, q => q.wait_synced().await)
+    }
+
+    fn close(&self) {
+        each!(self, q => q.close())
+    }
+
+    fn snapshot(&self, limit: usize) -> QueueSnapshot {
+        each!(self, q => q.snapshot(limit))
+    }
+}
+
+impl<K: Object> ReflectorStore<K> for Queue<K> {
+    fn add(&self, object: K) {
+        each!(self, q => q.add(object))
+    }
+
+    fn update(&self, object: K) {
+        each!(self, q => q.update(object))
+    }
+
+    fn delete(&self, object: K) {
+        each!(self, q => q.delete(object))
+    }
+
+    fn replace(&self, objects: Vec<K>, resource_version: &str) {
+        each!(self, q => q.replace(objects, resource_version))
+    }
+
+    fn resync(&self) {
+        each!(self, q => q.resync())
     }
 }
 

@@ -15,6 +15,7 @@
 //! informer-trace Pod -n default --index-label app --index-label pod-template-hash
 //! informer-trace Deployment --api-version apps/v1 --duration 60
 //! informer-trace ConfigMap -n default --pop-delay 5   # a slow consumer: watch deltas pile up
+//! informer-trace ConfigMap -n default --pop-delay 5 --in-order   # the same on the RealFIFO
 //! ```
 //!
 //! A sample, with `--no-watch-list --index-label x --pop-delay 1 --summary-every 3`: a LIST,
@@ -47,8 +48,9 @@ use clap::Parser;
 use controller_runtime::client::{Api, ApiListerWatcher, Client, ClientOptions, DynamicObject};
 use controller_runtime::config::{Config, KubeconfigOptions};
 use controller_runtime::informer::{
-    Delta, DeltaType, HandlerFns, IndexFunc, Indexer, Indexers, InformerOptions, NAMESPACE_INDEX,
-    Object, PopAction, PopTrace, QueueSnapshot, QueuedDelta, SharedIndexInformer, Trace,
+    Delta, DeltaType, FifoKind, HandlerFns, IndexFunc, Indexer, Indexers, InformerOptions,
+    NAMESPACE_INDEX, Object, PopAction, PopTrace, QueueSnapshot, QueuedDelta, SharedIndexInformer,
+    Trace,
 };
 use tokio::time::Instant;
 
@@ -93,6 +95,10 @@ struct Args {
     /// FIFO where the trace shows them (default: pop at once).
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     pop_delay: Option<Duration>,
+    /// Pop from the in-order RealFIFO, one delta at a time as they came (client-go's queue
+    /// since 1.33), instead of the DeltaFIFO.
+    #[arg(long)]
+    in_order: bool,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long)]
     duration: Option<u64>,
@@ -422,6 +428,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     options.resync_period = Duration::from_secs(args.resync.unwrap_or(0));
     options.reflector.watch_list = !args.no_watch_list;
     options.pop_delay = args.pop_delay.unwrap_or_default();
+    if args.in_order {
+        options.fifo = FifoKind::InOrder;
+    }
     let informer = SharedIndexInformer::new(lw, options);
 
     let mut indexers = Indexers::new();
