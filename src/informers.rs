@@ -43,7 +43,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use informer::{BackoffOptions, InformerOptions, Object, ReflectorOptions, SharedIndexInformer};
+use informer::{
+    BackoffOptions, FifoKind, InformerOptions, Object, ReflectorOptions, SharedIndexInformer,
+};
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -208,6 +210,7 @@ pub struct InformerFactory {
     resync: Duration,
     watch_list: bool,
     backoff: BackoffOptions,
+    fifo: FifoKind,
     /// Selectors by (group, kind).
     selectors: HashMap<(&'static str, &'static str), Selectors>,
     state: Mutex<FactoryState>,
@@ -239,6 +242,7 @@ impl InformerFactory {
             resync: Duration::ZERO,
             watch_list: true,
             backoff: BackoffOptions::default(),
+            fifo: FifoKind::Delta,
             selectors: HashMap::new(),
             state: Mutex::default(),
             running: Arc::new(watch::Sender::new(0)),
@@ -270,6 +274,13 @@ impl InformerFactory {
     /// by default); see [`ReflectorOptions::backoff`].
     pub fn backoff(mut self, backoff: BackoffOptions) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// The queue of the informers made from now on: the DeltaFIFO (the default) or the
+    /// in-order RealFIFO; see [`InformerOptions::fifo`].
+    pub fn fifo(mut self, kind: FifoKind) -> Self {
+        self.fifo = kind;
         self
     }
 
@@ -393,6 +404,8 @@ impl InformerFactory {
                     backoff: self.backoff,
                     ..ReflectorOptions::default()
                 },
+                fifo: self.fifo,
+                ..InformerOptions::default()
             },
         ));
         state.informers.insert(

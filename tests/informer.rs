@@ -14,7 +14,9 @@ use std::time::Duration;
 use controller_runtime::client::{
     Api, Client, ClientOptions, DeleteParams, ListParams, Patch, PatchParams, PostParams, Raw,
 };
-use controller_runtime::informer::{DeletedObject, EventHandler, Object, SharedIndexInformer};
+use controller_runtime::informer::{
+    DeletedObject, EventHandler, FifoKind, Object, SharedIndexInformer,
+};
 use controller_runtime::informers::{FactoryResource, InformerFactory};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -143,10 +145,23 @@ fn stop_signal() -> (
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn configmap_informer_matches_a_fresh_list_through_creates_updates_and_deletes() {
+    configmaps_through_creates_updates_and_deletes(FifoKind::Delta, "inf-cm").await;
+}
+
+/// The same with the in-order queue (client-go's RealFIFO): every event popped alone.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn in_order_configmap_informer_matches_a_fresh_list_through_creates_updates_and_deletes() {
+    configmaps_through_creates_updates_and_deletes(FifoKind::InOrder, "inf-cm-in-order").await;
+}
+
+async fn configmaps_through_creates_updates_and_deletes(fifo: FifoKind, prefix: &str) {
     let client = client();
-    let ns = create_namespace(&client, "inf-cm").await;
+    let ns = create_namespace(&client, prefix).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let factory = InformerFactory::new(client.clone()).namespace(&ns);
+    let factory = InformerFactory::new(client.clone())
+        .namespace(&ns)
+        .fifo(fifo);
     let informer = factory.informer::<ConfigMap>();
     assert!(
         Arc::ptr_eq(&informer, &factory.informer::<ConfigMap>()),

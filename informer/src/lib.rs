@@ -16,12 +16,15 @@
 //!   reflector (`add`, `update`, `delete`, `replace`, `resync`) and drained by
 //!   [`pop`](DeltaFifo::pop), which processes under the FIFO lock;
 //!   [`snapshot`](DeltaFifo::snapshot) shows what it holds ([`QueueSnapshot`]).
+//! * [`RealFifo`] — every delta alone, in arrival order: client-go's newer queue, an
+//!   informer's with [`FifoKind::InOrder`] (see [Two queues](#two-queues)).
 //! * [`DeletedFinalStateUnknown`] — the tombstone for a deletion a relist discovered.
 //! * [`Indexer`] — the thread-safe store with custom indices ([`IndexFunc`], the namespace
 //!   index [`NAMESPACE_INDEX`]); the FIFO reads it back as its [`KnownObjects`].
 //! * [`SharedIndexInformer`] — a reflector, a DeltaFIFO and an indexer wired together, plus
 //!   its *processor*: one unbounded buffer and one task per registered [`EventHandler`] (or
-//!   [`HandlerFns`]), each with its own resync period and [`Registration::has_synced`].
+//!   [`HandlerFns`]), each with its own resync period and [`Registration::has_synced`]. Its
+//!   pop hook ([`on_pop`](SharedIndexInformer::on_pop)) shows what each pop did ([`PopTrace`]).
 //! * [`Lister`] and [`NamespaceLister`] — read-only queries on the cache: by key, namespace,
 //!   index or label selector.
 //!
@@ -71,6 +74,30 @@
 //! relist's `replace` no longer lists it, queues a [`DeletedFinalStateUnknown`] tombstone,
 //! and every handler gets [`on_delete`](EventHandler::on_delete) with
 //! [`DeletedObject::Tombstone`](DeltaObject::Tombstone).
+//!
+//! # Two queues
+//!
+//! The queue between the reflector and the cache is chosen per informer by
+//! [`InformerOptions::fifo`]. The default, the [`DeltaFifo`] ([`FifoKind::Delta`]), is
+//! client-go's classic: one entry per key, holding every delta the key received while it
+//! waited, popped together, keys in the order they first arrived. The [`RealFifo`]
+//! ([`FifoKind::InOrder`]) is what client-go's informers use since 1.33: a log of every
+//! delta, popped one at a time in arrival order. Say the informer is behind the watch while
+//! `a` is added, `b` is added, then `a` is updated and deleted:
+//!
+//! | pop | DeltaFIFO | RealFIFO |
+//! |---|---|---|
+//! | 1 | `a`: Added, Updated, Deleted | `a`: Added |
+//! | 2 | `b`: Added | `b`: Added |
+//! | 3 | | `a`: Updated |
+//! | 4 | | `a`: Deleted |
+//!
+//! A handler hears the same notifications for each object — add, update, delete for `a` —
+//! but in a different order across objects: with the DeltaFIFO all of `a` before `b`, with
+//! the RealFIFO exactly as the server sent them. The RealFIFO also delivers a delete for a
+//! key nobody knew (the DeltaFIFO drops it), and on a relist it queues the tombstones before
+//! the listed objects (the DeltaFIFO, after). Both process under their lock, so the cache,
+//! resyncs and `has_synced` behave alike.
 //!
 //! # Example
 //!
@@ -155,6 +182,7 @@ mod lister;
 pub mod lister_watcher;
 mod object;
 mod processor;
+mod real_fifo;
 mod reflector;
 mod shared_informer;
 mod store;
@@ -175,6 +203,10 @@ pub use object::{
     DeletedFinalStateUnknown, Key, KeyError, Object, key_of, meta, meta_key, split_key,
 };
 pub use processor::{MINIMUM_RESYNC_PERIOD, Registration, determine_resync_period};
+pub use real_fifo::RealFifo;
 pub use reflector::{LastSync, Reflector, ReflectorOptions, ReflectorStore, Trace, WatchEnd};
-pub use shared_informer::{InformerError, InformerOptions, SharedIndexInformer, WatchErrorHandler};
+pub use shared_informer::{
+    FifoKind, InformerError, InformerOptions, PopAction, PopStep, PopTrace, SharedIndexInformer,
+    WatchErrorHandler,
+};
 pub use store::Indexer;

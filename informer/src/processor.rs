@@ -308,17 +308,20 @@ impl<K: 'static> Processor<K> {
     }
 
     /// Hands `n` to every listener, or, for a resync (`sync`), to the listeners the last
-    /// resync check marked (client-go's `distribute`).
-    pub(crate) fn distribute(&self, n: Notification<K>, sync: bool) {
+    /// resync check marked (client-go's `distribute`); returns how many listeners got it.
+    pub(crate) fn distribute(&self, n: Notification<K>, sync: bool) -> usize {
         let mut targets = self.listeners.iter().filter(|l| !sync || l.syncing);
         let Some(mut current) = targets.next() else {
-            return;
+            return 0;
         };
+        let mut sent = 1;
         for next in targets {
             current.send(n.clone());
             current = next;
+            sent += 1;
         }
         current.send(n);
+        sent
     }
 
     /// Marks the listeners whose resync is due at `now`, schedules their next one, and says

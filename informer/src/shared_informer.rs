@@ -3,10 +3,11 @@
 //!
 //! # Implementation Details
 //!
-//! [`run`](SharedIndexInformer::run) builds the DeltaFIFO (its known objects are the
-//! indexer, it emits `Replaced`, and it holds the transform), spawns the reflector on it, and
-//! pops in a loop. Each pop applies one key's deltas to the indexer and hands out
-//! notifications (client-go's `processDeltas`), oldest delta first:
+//! [`run`](SharedIndexInformer::run) builds the queue — the DeltaFIFO, or with
+//! [`FifoKind::InOrder`] the [`RealFifo`]; its known objects are the indexer, it emits
+//! `Replaced`, and it holds the transform — spawns the reflector on it, and pops in a loop.
+//! Each pop applies its deltas (one key's, or with the RealFIFO a single one) to the indexer
+//! and hands out notifications (client-go's `processDeltas`), oldest delta first:
 //!
 //! | delta | indexer | notification |
 //! |---|---|---|
@@ -15,9 +16,10 @@
 //! | same; key cached, same `resourceVersion` | insert | `on_update(old, new)` only to handlers due for resync |
 //! | `Deleted` | remove | `on_delete(object or tombstone)` to every handler |
 //!
-//! All of it runs under the DeltaFIFO's lock (see [`DeltaFifo::pop`]) and under the informer's
+//! All of it runs under the queue's lock (see [`DeltaFifo::pop`]) and under the informer's
 //! state mutex, which adding a handler also takes; the `processor` module says what that
-//! buys.
+//! buys. A pop hook ([`on_pop`](SharedIndexInformer::on_pop)) is told each row taken, as a
+//! [`PopAction`] per delta; without one, a pop builds no trace.
 //!
 //! The reflector is built when the informer starts, because its resync period — the
 //! informer's *resync check period* — is only final then: a handler registered before the
@@ -34,14 +36,18 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::delta_fifo::{DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, Deltas, Transformer};
+use crate::delta_fifo::{
+    Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, KnownObjects, PopError,
+    QueueSnapshot, Transformer,
+};
 use crate::handler::EventHandler;
 use crate::index::{IndexError, Indexers, namespace_indexers};
 use crate::lister::Lister;
 use crate::lister_watcher::{Error as WatchError, ListerWatcher};
-use crate::object::Object;
+use crate::object::{Key, Object};
 use crate::processor::{Notification, Processor, Registration};
-use crate::reflector::{LastSync, Reflector, ReflectorOptions};
+use crate::real_fifo::RealFifo;
+use crate::reflector::{LastSync, Reflector, ReflectorOptions, ReflectorStore, Trace};
 use crate::store::Indexer;
 
 /// Why a call on a [`SharedIndexInformer`] was refused.
@@ -62,6 +68,59 @@ pub enum InformerError {
 /// (client-go's `WatchErrorHandler`); see [`Reflector::on_watch_error`].
 pub type WatchErrorHandler = Arc<dyn Fn(&WatchError) + Send + Sync>;
 
+/// What one pop did: the key's deltas, oldest first, each with what the informer did with it.
+/// See [`SharedIndexInformer::on_pop`].
+#[derive(Debug)]
+pub struct PopTrace<K> {
+    /// The key the deltas belong to.
+    pub key: Key,
+    /// Whether they belong to the first list.
+    pub is_in_initial_list: bool,
+    /// Each delta and what came of it, in the order they were applied.
+    pub steps: Vec<PopStep<K>>,
+}
+
+/// One popped delta and what the informer did with it.
+#[derive(Debug)]
+pub struct PopStep<K> {
+    /// The delta, as popped.
+    pub delta: Delta<K>,
+    /// What it did to the cache, and so which notification it sent.
+    pub action: PopAction,
+    /// How many handlers the notification went to.
+    pub notified: usize,
+}
+
+/// What the informer did with one popped delta, and so which notification it sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PopAction {
+    /// Not cached: inserted; an add to every handler.
+    Add,
+    /// Cached at another resourceVersion: replaced; an update to every handler.
+    Update,
+    /// Cached at the same resourceVersion: replaced; an update to the handlers due for resync.
+    Resync,
+    /// Removed; a delete to every handler.
+    Delete,
+    /// A tombstone in a delta other than `Deleted`: ignored.
+    Ignore,
+}
+
+type PopHook<K> = Arc<dyn Fn(&PopTrace<K>) + Send + Sync>;
+type TraceHook = Arc<dyn Fn(&Trace) + Send + Sync>;
+
+/// Which queue an informer pops from; see the [crate docs](crate#two-queues) for how the two
+/// differ for a handler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FifoKind {
+    /// The [`DeltaFifo`]: a key's deltas popped together, keys in first-come order.
+    #[default]
+    Delta,
+    /// The [`RealFifo`]: every delta popped alone, in arrival order (client-go's default
+    /// since `InOrderInformers`).
+    InOrder,
+}
+
 /// How a [`SharedIndexInformer`] behaves.
 #[derive(Clone, Debug)]
 pub struct InformerOptions {
@@ -72,12 +131,20 @@ pub struct InformerOptions {
     /// The reflector's options. Its `resync_period` is ignored: the informer sets it to its
     /// resync check period when it starts.
     pub reflector: ReflectorOptions,
+    /// Waits this long before each pop, like a slow consumer, so that deltas pile up in the
+    /// queue where [`queue_snapshot`](SharedIndexInformer::queue_snapshot) shows them; for
+    /// tracing tools. [`Duration::ZERO`] (the default) pops at once.
+    pub pop_delay: Duration,
+    /// The queue between the reflector and the cache: the DeltaFIFO by default.
+    pub fifo: FifoKind,
 }
 
 impl Default for InformerOptions {
     fn default() -> Self {
         InformerOptions {
             resync_period: Duration::ZERO,
+            pop_delay: Duration::ZERO,
+            fifo: FifoKind::Delta,
             reflector: ReflectorOptions {
                 name: "informer".into(),
                 ..ReflectorOptions::default()
@@ -99,10 +166,11 @@ type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// What the informer hands its reflector when it starts.
 struct ReflectorParts<K> {
-    fifo: DeltaFifo<K>,
+    fifo: Queue<K>,
     options: ReflectorOptions,
     should_resync: Arc<dyn Fn() -> bool + Send + Sync>,
     on_error: Option<WatchErrorHandler>,
+    on_trace: Option<TraceHook>,
 }
 
 /// Builds and starts the reflector: the lister-watcher's type ends here.
@@ -155,8 +223,12 @@ pub struct SharedIndexInformer<K> {
 struct Inner<K> {
     name: Arc<str>,
     indexer: Indexer<K>,
+    /// [`InformerOptions::pop_delay`].
+    pop_delay: Duration,
+    /// [`InformerOptions::fifo`].
+    fifo_kind: FifoKind,
     /// Created by `run`.
-    fifo: OnceLock<DeltaFifo<K>>,
+    fifo: OnceLock<Queue<K>>,
     /// Wakes `wait_synced` callers when `fifo` is set.
     fifo_set: Notify,
     /// The reflector's last synced version, once it exists.
@@ -175,6 +247,8 @@ struct State<K> {
     reflector_options: ReflectorOptions,
     transform: Option<Transformer<K>>,
     on_watch_error: Option<WatchErrorHandler>,
+    on_reflector_trace: Option<TraceHook>,
+    on_pop: Option<PopHook<K>>,
 }
 
 impl<K: Object> fmt::Debug for SharedIndexInformer<K> {
@@ -202,11 +276,15 @@ impl<K: Object> SharedIndexInformer<K> {
                 options,
                 should_resync,
                 on_error,
+                on_trace,
             } = parts;
             let mut reflector = Reflector::new(lister_watcher, fifo, options)
                 .should_resync(move || should_resync());
             if let Some(on_error) = on_error {
                 reflector = reflector.on_watch_error(move |e| on_error(e));
+            }
+            if let Some(on_trace) = on_trace {
+                reflector = reflector.on_trace(move |t| on_trace(t));
             }
             let last_sync = reflector.last_sync_resource_version();
             let run: BoxFuture = Box::pin(reflector.run(std::future::pending()));
@@ -218,6 +296,8 @@ impl<K: Object> SharedIndexInformer<K> {
             inner: Arc::new(Inner {
                 name: name.clone(),
                 indexer: Indexer::new(namespace_indexers()),
+                pop_delay: options.pop_delay,
+                fifo_kind: options.fifo,
                 fifo: OnceLock::new(),
                 fifo_set: Notify::new(),
                 last_sync: OnceLock::new(),
@@ -228,6 +308,8 @@ impl<K: Object> SharedIndexInformer<K> {
                     reflector_options: options.reflector,
                     transform: None,
                     on_watch_error: None,
+                    on_reflector_trace: None,
+                    on_pop: None,
                 }),
             }),
         }
@@ -335,6 +417,47 @@ impl<K: Object> SharedIndexInformer<K> {
         Ok(())
     }
 
+    /// Calls `hook` with every step the reflector takes (see [`Reflector::on_trace`]); for
+    /// tracing tools.
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Started`] once the informer has started.
+    pub fn on_reflector_trace(
+        &self,
+        hook: impl Fn(&Trace) + Send + Sync + 'static,
+    ) -> Result<(), InformerError> {
+        let mut state = self.inner.state.lock();
+        if state.processor.is_started() {
+            return Err(InformerError::Started);
+        }
+        state.on_reflector_trace = Some(Arc::new(hook));
+        Ok(())
+    }
+
+    /// Calls `hook` after each pop with what the informer did: the key, its deltas, and for
+    /// each the change to the cache and the notification sent ([`PopTrace`]); for tracing
+    /// tools. Replaces the previous hook; before or after the start.
+    ///
+    /// The hook runs where the pop runs, under the queue's lock and the informer's state
+    /// mutex: keep it short, and call nothing on the informer but its cache
+    /// ([`get_indexer`](Self::get_indexer)), or it deadlocks. Without a hook, a pop costs
+    /// one more `Option` check.
+    pub fn on_pop(&self, hook: impl Fn(&PopTrace<K>) + Send + Sync + 'static) {
+        self.inner.state.lock().on_pop = Some(Arc::new(hook));
+    }
+
+    /// What the queue holds: its depth and its first `limit` keys in pop order, each with
+    /// its pending deltas ([`DeltaFifo::snapshot`], [`RealFifo::snapshot`]); empty before the
+    /// start.
+    pub fn queue_snapshot(&self, limit: usize) -> QueueSnapshot {
+        self.inner
+            .fifo
+            .get()
+            .map(|fifo| fifo.snapshot(limit))
+            .unwrap_or_default()
+    }
+
     /// Adds indices to the cache, indexing what it already holds; before or after the start.
     ///
     /// # Errors
@@ -362,7 +485,7 @@ impl<K: Object> SharedIndexInformer<K> {
     }
 
     /// Whether the first list is entirely in the cache: every object the informer's first
-    /// list (or streaming list) returned has been popped from the DeltaFIFO and applied to the
+    /// list (or streaming list) returned has been popped from the queue and applied to the
     /// indexer. False before [`run`](Self::run); never false again once true.
     pub fn has_synced(&self) -> bool {
         self.inner.has_synced()
@@ -438,10 +561,14 @@ impl<K: Object> SharedIndexInformer<K> {
         };
         let inner = &*self.inner;
         let process = async {
-            while let Ok(()) = fifo
-                .pop(|deltas, initial| inner.process(deltas, initial))
-                .await
-            {}
+            loop {
+                if !inner.pop_delay.is_zero() {
+                    tokio::time::sleep(inner.pop_delay).await;
+                }
+                if fifo.pop(inner).await.is_err() {
+                    break;
+                }
+            }
         };
         {
             let reflector = running.reflector.as_mut().expect("set above");
@@ -460,9 +587,9 @@ impl<K: Object> SharedIndexInformer<K> {
         tracing::debug!(informer = %inner.name, "informer stopped");
     }
 
-    /// Marks the informer started, starts the registered handlers, and builds the DeltaFIFO
-    /// and the reflector; `None` if it had started already.
-    fn start(&self) -> Option<(DeltaFifo<K>, JoinHandle<()>)> {
+    /// Marks the informer started, starts the registered handlers, and builds the queue and
+    /// the reflector; `None` if it had started already.
+    fn start(&self) -> Option<(Queue<K>, JoinHandle<()>)> {
         let inner = &self.inner;
         let runtime = tokio::runtime::Handle::current();
         let mut state = inner.state.lock();
@@ -471,11 +598,15 @@ impl<K: Object> SharedIndexInformer<K> {
             return None;
         }
         state.processor.start(runtime.clone());
-        let fifo = DeltaFifo::with_options(DeltaFifoOptions {
-            known_objects: Some(Arc::new(inner.indexer.clone())),
-            emit_delta_type_replaced: true,
-            transformer: state.transform.clone(),
-        });
+        let known: Arc<dyn KnownObjects<K>> = Arc::new(inner.indexer.clone());
+        let fifo = match inner.fifo_kind {
+            FifoKind::Delta => Queue::Delta(DeltaFifo::with_options(DeltaFifoOptions {
+                known_objects: Some(known),
+                emit_delta_type_replaced: true,
+                transformer: state.transform.clone(),
+            })),
+            FifoKind::InOrder => Queue::InOrder(RealFifo::new(known, state.transform.clone())),
+        };
         let check = state.processor.resync_check_period();
         let mut options = state.reflector_options.clone();
         options.resync_period = (!check.is_zero()).then_some(check);
@@ -495,6 +626,7 @@ impl<K: Object> SharedIndexInformer<K> {
             options,
             should_resync,
             on_error: state.on_watch_error.clone(),
+            on_trace: state.on_reflector_trace.clone(),
         });
         drop(state);
         let _ = inner.last_sync.set(last_sync);
@@ -509,42 +641,153 @@ impl<K: Object> SharedIndexInformer<K> {
 
 impl<K: Object> Inner<K> {
     fn has_synced(&self) -> bool {
-        self.fifo.get().is_some_and(DeltaFifo::has_synced)
+        self.fifo.get().is_some_and(Queue::has_synced)
     }
 
-    /// Applies one key's deltas to the indexer and hands out the notifications, oldest delta
-    /// first (client-go's `processDeltas`). Runs under the DeltaFIFO's lock.
-    fn process(&self, deltas: Deltas<K>, is_in_initial_list: bool) {
-        let state = self.state.lock();
-        let key = deltas.key().clone();
+    /// Applies one pop's deltas, all of `key`, to the indexer and hands out the
+    /// notifications, oldest delta first (client-go's `processDeltas`); tells the pop hook, if
+    /// any. Runs under the queue's lock.
+    fn process(&self, key: Key, deltas: impl IntoIterator<Item = Delta<K>>, initial: bool) {
+        let (state, is_in_initial_list) = (self.state.lock(), initial);
+        let mut steps = Vec::new();
         for delta in deltas {
-            match (delta.kind, delta.object) {
-                (DeltaType::Deleted, object) => {
-                    self.indexer.remove(&key);
-                    state
-                        .processor
-                        .distribute(Notification::Delete(object), false);
+            let traced = state.on_pop.is_some().then(|| delta.clone());
+            let (action, notified) = self.apply(&state.processor, &key, delta, is_in_initial_list);
+            steps.extend(traced.map(|delta| PopStep {
+                delta,
+                action,
+                notified,
+            }));
+        }
+        if let Some(hook) = &state.on_pop {
+            hook(&PopTrace {
+                key,
+                is_in_initial_list,
+                steps,
+            });
+        }
+    }
+
+    /// Applies one delta: one row of the table in the module docs. Returns the row and how
+    /// many handlers were notified.
+    fn apply(
+        &self,
+        processor: &Processor<K>,
+        key: &Key,
+        delta: Delta<K>,
+        is_in_initial_list: bool,
+    ) -> (PopAction, usize) {
+        match (delta.kind, delta.object) {
+            (DeltaType::Deleted, object) => {
+                self.indexer.remove(key);
+                let sent = processor.distribute(Notification::Delete(object), false);
+                (PopAction::Delete, sent)
+            }
+            (_, DeltaObject::Object(obj)) => match self.indexer.insert(key, obj.clone()) {
+                Some(old) => {
+                    let sync = old.resource_version() == obj.resource_version();
+                    let action = if sync {
+                        PopAction::Resync
+                    } else {
+                        PopAction::Update
+                    };
+                    (
+                        action,
+                        processor.distribute(Notification::Update { old, new: obj }, sync),
+                    )
                 }
-                (_, DeltaObject::Object(obj)) => match self.indexer.insert(&key, obj.clone()) {
-                    Some(old) => {
-                        let sync = old.resource_version() == obj.resource_version();
-                        state
-                            .processor
-                            .distribute(Notification::Update { old, new: obj }, sync);
-                    }
-                    None => state.processor.distribute(
-                        Notification::Add {
-                            obj,
-                            is_in_initial_list,
-                        },
-                        false,
-                    ),
-                },
-                (kind, DeltaObject::Tombstone(t)) => {
-                    tracing::warn!(informer = %self.name, key = %t.key, %kind, "a tombstone in a delta other than Deleted: ignored");
+                None => {
+                    let add = Notification::Add {
+                        obj,
+                        is_in_initial_list,
+                    };
+                    (PopAction::Add, processor.distribute(add, false))
                 }
+            },
+            (kind, DeltaObject::Tombstone(t)) => {
+                tracing::warn!(informer = %self.name, key = %t.key, %kind, "a tombstone in a delta other than Deleted: ignored");
+                (PopAction::Ignore, 0)
             }
         }
+    }
+}
+
+/// The queue an informer pops from, as [`InformerOptions::fifo`] chose it.
+enum Queue<K> {
+    Delta(DeltaFifo<K>),
+    InOrder(RealFifo<K>),
+}
+
+impl<K> Clone for Queue<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Queue::Delta(q) => Queue::Delta(q.clone()),
+            Queue::InOrder(q) => Queue::InOrder(q.clone()),
+        }
+    }
+}
+
+/// Calls the same method on whichever queue it is.
+macro_rules! each {
+    ($queue:expr, $q:ident => $call:expr) => {
+        match $queue {
+            Queue::Delta($q) => $call,
+            Queue::InOrder($q) => $call,
+        }
+    };
+}
+
+impl<K: Object> Queue<K> {
+    /// Pops once into `inner`'s processing.
+    async fn pop(&self, inner: &Inner<K>) -> Result<(), PopError> {
+        match self {
+            Queue::Delta(q) => {
+                q.pop(|d, initial| inner.process(d.key().clone(), d, initial))
+                    .await
+            }
+            Queue::InOrder(q) => {
+                q.pop(|key, d, initial| inner.process(key, [d], initial))
+                    .await
+            }
+        }
+    }
+
+    fn has_synced(&self) -> bool {
+        each!(self, q => q.has_synced())
+    }
+
+    async fn wait_synced(&self) {
+        each!(self, q => q.wait_synced().await)
+    }
+
+    fn close(&self) {
+        each!(self, q => q.close())
+    }
+
+    fn snapshot(&self, limit: usize) -> QueueSnapshot {
+        each!(self, q => q.snapshot(limit))
+    }
+}
+
+impl<K: Object> ReflectorStore<K> for Queue<K> {
+    fn add(&self, object: K) {
+        each!(self, q => q.add(object))
+    }
+
+    fn update(&self, object: K) {
+        each!(self, q => q.update(object))
+    }
+
+    fn delete(&self, object: K) {
+        each!(self, q => q.delete(object))
+    }
+
+    fn replace(&self, objects: Vec<K>, resource_version: &str) {
+        each!(self, q => q.replace(objects, resource_version))
+    }
+
+    fn resync(&self) {
+        each!(self, q => q.resync())
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use informer::lister_watcher::{Error, ErrorKind, Result, WatchEvent};
 use informer::{
-    DeletedObject, EventHandler, EventStream, HandlerFns, IndexFunc, InformerError,
+    DeletedObject, EventHandler, EventStream, FifoKind, HandlerFns, IndexFunc, InformerError,
     InformerOptions, ListOptions, ListPage, ListerWatcher, Registration, SharedIndexInformer,
     WatchOptions,
 };
@@ -772,16 +772,19 @@ async fn a_panicking_handler_is_isolated_and_goes_on_with_the_next_notification(
 
 #[tokio::test(start_paused = true)]
 async fn a_deletion_missed_while_disconnected_arrives_as_a_tombstone_after_the_relist() {
-    for watch_list in [false, true] {
-        tombstone_after_relist(watch_list).await;
+    for fifo in [FifoKind::Delta, FifoKind::InOrder] {
+        for watch_list in [false, true] {
+            tombstone_after_relist(watch_list, fifo).await;
+        }
     }
 }
 
-async fn tombstone_after_relist(watch_list: bool) {
+async fn tombstone_after_relist(watch_list: bool, fifo: FifoKind) {
     let fake = Fake::default();
     let first = fake.watch();
     let mut options = options(Duration::ZERO);
     options.reflector.watch_list = watch_list;
+    options.fifo = fifo;
     let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
     let log = Log::default();
     informer.add_event_handler(log.clone()).unwrap();
@@ -834,6 +837,134 @@ async fn tombstone_after_relist(watch_list: bool) {
         "in order after the initial list; watch_list={watch_list}"
     );
     assert!(informer.get_indexer().get_by_key("ns/b").is_none());
+    running.stop().await;
+}
+
+// === the two queues ===
+
+/// What a handler hears from an informer on `fifo` whose pops lag a second each, so that the
+/// watch's events are all queued before the first pop.
+async fn heard_while_behind(fifo: FifoKind) -> Vec<String> {
+    let fake = Fake::default();
+    fake.list(&[("a", "1"), ("b", "1")], "1");
+    let watch = fake.watch();
+    let mut options = options(Duration::ZERO);
+    (options.fifo, options.pop_delay) = (fifo, SECOND);
+    let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
+    let log = Log::default();
+    informer.add_event_handler(log.clone()).unwrap();
+    let running = run(&informer);
+    settle().await;
+    watch.send(WatchEvent::Added(cm("c", "2")));
+    watch.send(WatchEvent::Modified(cm("a", "3")));
+    watch.send(WatchEvent::Modified(cm("c", "4")));
+    watch.send(WatchEvent::Deleted(cm("b", "5")));
+    pass(10 * SECOND).await;
+    assert!(informer.has_synced(), "{fifo:?}");
+    let mut keys = informer.get_indexer().list_keys();
+    keys.sort();
+    assert_eq!(keys, ["ns/a".into(), "ns/c".into()], "{fifo:?}");
+    running.stop().await;
+    log.lines()
+}
+
+#[tokio::test(start_paused = true)]
+async fn both_queues_deliver_every_change_the_delta_fifo_by_key_the_real_fifo_as_it_came() {
+    assert_eq!(
+        heard_while_behind(FifoKind::Delta).await,
+        [
+            "add a@1 (initial)",
+            "update a@1->3",
+            "add b@1 (initial)",
+            "delete b@5",
+            "add c@2",
+            "update c@2->4",
+        ]
+    );
+    assert_eq!(
+        heard_while_behind(FifoKind::InOrder).await,
+        [
+            "add a@1 (initial)",
+            "add b@1 (initial)",
+            "add c@2",
+            "update a@1->3",
+            "update c@2->4",
+            "delete b@5",
+        ]
+    );
+}
+
+// === the pop hook ===
+
+#[tokio::test(start_paused = true)]
+async fn the_pop_hook_sees_each_pop_and_what_the_informer_did_in_order() {
+    let fake = Fake::default();
+    fake.list(&[("a", "1"), ("b", "1")], "1");
+    let first = fake.watch();
+    let informer = informer(&fake, Duration::ZERO);
+    informer.add_event_handler(Log::default()).unwrap();
+    let pops = Log::default();
+    let (heard, cache) = (pops.clone(), informer.get_indexer().clone());
+    informer.on_pop(move |pop| {
+        let steps: Vec<String> = pop
+            .steps
+            .iter()
+            .map(|step| {
+                let delta = &step.delta;
+                let rv = delta.object.object().map_or("-", |o| rv(o));
+                let tombstone = if delta.object.is_tombstone() {
+                    " (tombstone)"
+                } else {
+                    ""
+                };
+                let action = step.action;
+                format!(
+                    "{}@{rv}{tombstone} → {action:?} to {}",
+                    delta.kind, step.notified
+                )
+            })
+            .collect();
+        let initial = if pop.is_in_initial_list {
+            " (initial)"
+        } else {
+            ""
+        };
+        let line = format!(
+            "{}{initial}: {}; cache {}",
+            pop.key,
+            steps.join(", "),
+            cache.len()
+        );
+        heard.0.lock().push(line);
+    });
+    let running = run(&informer);
+    settle().await;
+    for event in [
+        WatchEvent::Added(cm("c", "2")),
+        WatchEvent::Modified(cm("c", "3")),
+        WatchEvent::Deleted(cm("c", "4")),
+    ] {
+        first.send(event);
+        settle().await;
+    }
+    // The watch breaks; the relist has `a` unchanged and `b` gone.
+    let _second = fake.watch();
+    fake.list(&[("a", "1")], "5");
+    first.fail(ErrorKind::Gone);
+    pass(5 * SECOND).await;
+
+    assert_eq!(
+        pops.lines(),
+        [
+            "ns/a (initial): Replaced@1 → Add to 1; cache 1",
+            "ns/b (initial): Replaced@1 → Add to 1; cache 2",
+            "ns/c: Added@2 → Add to 1; cache 3",
+            "ns/c: Updated@3 → Update to 1; cache 3",
+            "ns/c: Deleted@4 → Delete to 1; cache 2",
+            "ns/a: Replaced@1 → Resync to 0; cache 2",
+            "ns/b: Deleted@1 (tombstone) → Delete to 1; cache 1",
+        ]
+    );
     running.stop().await;
 }
 

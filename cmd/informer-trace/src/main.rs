@@ -1,54 +1,46 @@
-//! `informer-trace` shows an informer working live against any cluster, one line per step:
+//! `informer-trace` runs a shared informer against any cluster and shows what it does, one
+//! line per step, all from the informer's own trace hooks:
 //!
 //! * `reflector`: what the reflector does (list pages, watch starts, bookmarks, relists and
 //!   why);
-//! * `fifo`: what it writes into the DeltaFIFO, with the depth after each write; when a write
-//!   appends to a key that already waits, the deltas now pending for that key; and after a
-//!   `Replace` (a LIST) or a resync, the queue itself: the keys in pop order, each with its
-//!   pending deltas (`Replaced@123` is a delta type and the object's resourceVersion);
-//! * `pop`: the deltas each pop hands over for one key, and what they do to the indexer;
-//! * `summary`, every few seconds: the FIFO's depth and queue, the indexer's size, and every
-//!   index's values with the number of keys under each — the namespace index, and one label
-//!   index per `--index-label`.
+//! * `pop`: each pop: the key, its deltas (`Replaced@123` is a delta type and the object's
+//!   resourceVersion), what the informer did with each — the change to the cache and the
+//!   handlers notified (the tool registers one, which does nothing) — and the cache's size;
+//! * `summary`, every few seconds: the FIFO's depth and queue (the keys in pop order, each
+//!   with its pending deltas), the cache's size, and every index's values with the number of
+//!   keys under each — the namespace index, and one label index per `--index-label`.
 //!
 //! ```text
 //! informer-trace ConfigMap -n default
 //! informer-trace Pod -n default --index-label app --index-label pod-template-hash
 //! informer-trace Deployment --api-version apps/v1 --duration 60
 //! informer-trace ConfigMap -n default --pop-delay 5   # a slow consumer: watch deltas pile up
+//! informer-trace ConfigMap -n default --pop-delay 5 --in-order   # the same on the RealFIFO
 //! ```
 //!
-//! A sample, with `--index-label app --pop-delay 1.5`: a LIST, then `web` is labelled and
-//! `cache` created while the slow popper is still on the initial list.
+//! A sample, with `--no-watch-list --index-label x --pop-delay 1 --summary-every 3`: a LIST,
+//! then, while the informer pops slowly, `before` is labelled, and `during` is created and
+//! deleted. `--pop-delay` sets [`InformerOptions::pop_delay`], so the DeltaFIFO's per-key
+//! lists of deltas become visible.
 //!
 //! ```text
-//!     0.002s  reflector listed 3 objects at rv 7431 → Replace
-//!     0.002s  fifo      ← Replace 3 objects at rv 7431; missing keys become tombstones (depth 3)
-//!     0.002s  fifo      queue now (depth 3, in pop order):
-//!     0.002s  fifo         1. demo/db  [Replaced@7431]
-//!     0.002s  fifo         2. demo/kube-root-ca.crt  [Replaced@7426]
-//!     0.002s  fifo         3. demo/web  [Replaced@7429]
-//!     0.002s  reflector WATCH from rv 7431 (server timeout 459s)
-//!     0.839s  fifo      ← Updated demo/web@7432 (depth 3); queued for this key: [Replaced@7429, Updated@7432]
-//!     0.883s  fifo      ← Added demo/cache@7433 (depth 4)
-//!     1.501s  pop       demo/db: [Replaced@7431] (initial list) → indexer add (size 1)
-//!     3.002s  pop       demo/kube-root-ca.crt: [Replaced@7426] (initial list) → indexer add (size 2)
-//!     3.002s  summary   fifo depth 2, synced false; indexer 2 objects
+//!     0.004s  reflector LIST first page rv="0" limit=500 → 2 items
+//!     0.004s  reflector listed 2 objects at rv 584 → Replace
+//!     0.004s  reflector WATCH from rv 584 (server timeout 308s)
+//!     1.003s  pop       demo/before: [Replaced@584] (initial list) → add (1 handler); cache 1
+//!     2.008s  pop       demo/kube-root-ca.crt: [Replaced@583] (initial list) → add (1 handler); cache 2
+//!     3.002s  summary   fifo depth 2, synced true; indexer 2 objects
 //!     3.002s  summary   fifo queue (depth 2, in pop order):
-//!     3.002s  summary      1. demo/web  [Replaced@7429, Updated@7432]
-//!     3.002s  summary      2. demo/cache  [Added@7433]
+//!     3.002s  summary      1. demo/before  [Updated@586]
+//!     3.002s  summary      2. demo/during  [Added@587, Deleted@588]
 //!     3.002s  summary   index namespace: demo=2
-//!     3.002s  summary   index label:app: db=1
+//!     3.002s  summary   index label:x: no values
+//!     3.011s  pop       demo/before: [Updated@586] → update (1 handler); cache 2
+//!     4.016s  pop       demo/during: [Added@587, Deleted@588] → add (1 handler), delete (1 handler); cache 2
 //! ```
-//!
-//! It wires the pieces as a shared informer does, without the handlers, so each hand-over is
-//! visible: ListerWatcher → Reflector → DeltaFIFO → pop → Indexer. The popper applies every
-//! key's deltas as soon as it can, so the queue is usually short; `--pop-delay` slows it down
-//! to show how a key's deltas accumulate while it waits.
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -56,9 +48,9 @@ use clap::Parser;
 use controller_runtime::client::{Api, ApiListerWatcher, Client, ClientOptions, DynamicObject};
 use controller_runtime::config::{Config, KubeconfigOptions};
 use controller_runtime::informer::{
-    Delta, DeltaFifo, DeltaFifoOptions, DeltaType, Deltas, IndexFunc, Indexer, NAMESPACE_INDEX,
-    Object, QueueSnapshot, QueuedDelta, Reflector, ReflectorOptions, ReflectorStore, Trace, key_of,
-    namespace_indexers,
+    Delta, DeltaType, FifoKind, HandlerFns, IndexFunc, Indexer, Indexers, InformerOptions,
+    NAMESPACE_INDEX, Object, PopAction, PopTrace, QueueSnapshot, QueuedDelta, SharedIndexInformer,
+    Trace,
 };
 use tokio::time::Instant;
 
@@ -103,6 +95,10 @@ struct Args {
     /// FIFO where the trace shows them (default: pop at once).
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     pop_delay: Option<Duration>,
+    /// Pop from the in-order RealFIFO, one delta at a time as they came (client-go's queue
+    /// since 1.33), instead of the DeltaFIFO.
+    #[arg(long)]
+    in_order: bool,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long)]
     duration: Option<u64>,
@@ -149,10 +145,6 @@ impl Printer {
             let _ = writeln!(stdout, "{at:>9.3}s  {component:<9} {line}");
         }
     }
-}
-
-fn describe(obj: &DynamicObject) -> String {
-    format!("{}@{}", key_of(obj), obj.resource_version().unwrap_or("?"))
 }
 
 /// One delta as the trace shows it: its type and the object's resourceVersion
@@ -215,92 +207,6 @@ fn queue_lines(title: &str, snapshot: &QueueSnapshot) -> Vec<String> {
         lines.push(format!("      … and {more} more"));
     }
     lines
-}
-
-/// The DeltaFIFO, with a line for everything the reflector writes into it.
-struct TracedFifo {
-    fifo: DeltaFifo<DynamicObject>,
-    out: Printer,
-    /// How many keys of the queue to show.
-    fifo_lines: usize,
-}
-
-impl TracedFifo {
-    /// Queues one object with `write`, then says so; if the key already had deltas waiting
-    /// (the new one was appended to them), shows them all.
-    fn write(
-        &self,
-        kind: DeltaType,
-        o: DynamicObject,
-        write: fn(&DeltaFifo<DynamicObject>, DynamicObject),
-    ) {
-        let key = key_of(&o);
-        let d = describe(&o);
-        write(&self.fifo, o);
-        let depth = self.fifo.len();
-        let pending = self
-            .fifo
-            .get_by_key(&key)
-            .filter(|deltas| deltas.as_slice().len() > 1)
-            .map(|deltas| {
-                format!(
-                    "; queued for this key: {}",
-                    delta_list(deltas.iter().map(popped_label).collect())
-                )
-            })
-            .unwrap_or_default();
-        self.out.line(
-            "fifo",
-            format_args!("← {kind} {d} (depth {depth}){pending}"),
-        );
-    }
-
-    /// After a bulk write, shows the queue, unless the popper already emptied it.
-    fn show_queue(&self) {
-        let snapshot = self.fifo.snapshot(self.fifo_lines);
-        if snapshot.depth > 0 {
-            self.out.block("fifo", &queue_lines("queue now", &snapshot));
-        }
-    }
-}
-
-impl ReflectorStore<DynamicObject> for TracedFifo {
-    fn add(&self, o: DynamicObject) {
-        self.write(DeltaType::Added, o, DeltaFifo::add);
-    }
-    fn update(&self, o: DynamicObject) {
-        self.write(DeltaType::Updated, o, DeltaFifo::update);
-    }
-    fn delete(&self, o: DynamicObject) {
-        self.write(DeltaType::Deleted, o, DeltaFifo::delete);
-    }
-    fn replace(&self, objects: Vec<DynamicObject>, rv: &str) {
-        let n = objects.len();
-        self.fifo.replace(objects, rv);
-        self.out.line(
-            "fifo",
-            format_args!(
-                "← Replace {n} objects at rv {rv}; missing keys become tombstones (depth {})",
-                self.fifo.len()
-            ),
-        );
-        self.show_queue();
-    }
-    fn resync(&self) {
-        self.fifo.resync();
-        self.out.line(
-            "fifo",
-            format_args!(
-                "← Resync: Sync deltas for known keys (depth {})",
-                self.fifo.len()
-            ),
-        );
-        self.show_queue();
-    }
-    fn bookmark(&self, rv: &str) {
-        self.out
-            .line("fifo", format_args!("bookmark at rv {rv}: nothing queued"));
-    }
 }
 
 fn trace_line(out: &Printer, t: &Trace) {
@@ -394,45 +300,37 @@ fn trace_line(out: &Printer, t: &Trace) {
     }
 }
 
-/// Applies one key's deltas to the indexer, as the shared informer's processDeltas does,
-/// and says what happened.
-fn apply(
-    indexer: &Indexer<DynamicObject>,
-    deltas: Deltas<DynamicObject>,
-    initial: bool,
-    out: &Printer,
-) {
-    let key = deltas.key().clone();
-    let kinds: Vec<String> = deltas.iter().map(popped_label).collect();
-    let mut effect = String::new();
-    for delta in deltas.iter() {
-        match (delta.kind, delta.object.object()) {
-            (DeltaType::Deleted, _) => {
-                indexer.remove(&key);
-                effect = "delete".into();
-            }
-            (_, Some(obj)) => {
-                let old = indexer.insert(&key, obj.clone());
-                effect = match old {
-                    Some(old) if old.resource_version() == obj.resource_version() => {
-                        "resync (same rv)".into()
-                    }
-                    Some(_) => "update".into(),
-                    None => "add".into(),
-                };
-            }
-            (_, None) => {}
-        }
-    }
-    out.line(
-        "pop",
-        format_args!(
-            "{key}: [{}]{} → indexer {effect} (size {})",
-            kinds.join(", "),
-            if initial { " (initial list)" } else { "" },
-            indexer.len()
-        ),
-    );
+/// One pop, from the informer's pop hook: the key's deltas, then what the informer did with
+/// each, then the cache's size.
+fn pop_line(pop: &PopTrace<DynamicObject>, indexer: &Indexer<DynamicObject>) -> String {
+    let deltas = pop.steps.iter().map(|s| popped_label(&s.delta)).collect();
+    let actions: Vec<String> = pop
+        .steps
+        .iter()
+        .map(|step| {
+            let action = match step.action {
+                PopAction::Add => "add",
+                PopAction::Update => "update",
+                PopAction::Resync => "resync (same rv)",
+                PopAction::Delete => "delete",
+                PopAction::Ignore => return "ignored".to_owned(),
+            };
+            let plural = if step.notified == 1 { "" } else { "s" };
+            format!("{action} ({} handler{plural})", step.notified)
+        })
+        .collect();
+    let initial = if pop.is_in_initial_list {
+        " (initial list)"
+    } else {
+        ""
+    };
+    format!(
+        "{}: {}{initial} → {}; cache {}",
+        pop.key,
+        delta_list(deltas),
+        actions.join(", "),
+        indexer.len()
+    )
 }
 
 /// How many values of one index the summary shows.
@@ -466,19 +364,19 @@ fn index_line(indexer: &Indexer<DynamicObject>, index: &str) -> String {
     format!("index {index}: {}", shown.join(" "))
 }
 
-/// The FIFO (depth, sync state, the head of its queue) and the indexer (size, every index).
+/// The FIFO (depth, sync state, the head of its queue) and the cache (size, every index).
 fn summary(
-    fifo: &DeltaFifo<DynamicObject>,
-    indexer: &Indexer<DynamicObject>,
+    informer: &SharedIndexInformer<DynamicObject>,
     indices: &[String],
     fifo_lines: usize,
     out: &Printer,
 ) {
-    let snapshot = fifo.snapshot(fifo_lines);
+    let snapshot = informer.queue_snapshot(fifo_lines);
+    let indexer = informer.get_indexer();
     let mut lines = vec![format!(
         "fifo depth {}, synced {}; indexer {} objects",
         snapshot.depth,
-        fifo.has_synced(),
+        informer.has_synced(),
         indexer.len(),
     )];
     lines.extend(queue_lines("fifo queue", &snapshot));
@@ -526,7 +424,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(selector) = &args.selector {
         lw = lw.labels(selector);
     }
-    let mut indexers = namespace_indexers();
+    let mut options = InformerOptions::named(resource.plural.clone());
+    options.resync_period = Duration::from_secs(args.resync.unwrap_or(0));
+    options.reflector.watch_list = !args.no_watch_list;
+    options.pop_delay = args.pop_delay.unwrap_or_default();
+    if args.in_order {
+        options.fifo = FifoKind::InOrder;
+    }
+    let informer = SharedIndexInformer::new(lw, options);
+
+    let mut indexers = Indexers::new();
     let mut indices = vec![NAMESPACE_INDEX.to_owned()];
     let mut described = vec![format!("{NAMESPACE_INDEX} (by metadata.namespace)")];
     for key in &args.index_labels {
@@ -548,80 +455,40 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ));
         indices.push(name);
     }
+    informer.add_indexers(indexers)?;
     out.line(
         "start",
         format_args!("indexer indices: {}", described.join(", ")),
     );
-    let indexer = Indexer::new(indexers);
-    let fifo = DeltaFifo::with_options(DeltaFifoOptions {
-        known_objects: Some(Arc::new(indexer.clone())),
-        emit_delta_type_replaced: true,
-        ..DeltaFifoOptions::default()
-    });
     let printer = out.clone();
-    let reflector = Reflector::new(
-        lw,
-        TracedFifo {
-            fifo: fifo.clone(),
-            out: out.clone(),
-            fifo_lines: args.fifo_lines,
-        },
-        ReflectorOptions {
-            name: resource.plural.clone(),
-            resync_period: args.resync.map(Duration::from_secs),
-            watch_list: !args.no_watch_list,
-            ..ReflectorOptions::default()
-        },
-    )
-    .on_trace(move |t| trace_line(&printer, t));
-
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut stop = stop_rx.clone();
-    let reflector = tokio::spawn(reflector.run(async move {
-        let _ = stop.wait_for(|s| *s).await;
-    }));
-    let (pop_fifo, pop_indexer, pop_out) = (fifo.clone(), indexer.clone(), out.clone());
-    let (pop_delay, mut pop_stop) = (args.pop_delay, stop_rx.clone());
-    let popper = tokio::spawn(async move {
-        loop {
-            if let Some(delay) = pop_delay {
-                // Never while holding the FIFO's lock: the reflector keeps writing meanwhile.
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    _ = pop_stop.wait_for(|s| *s) => break,
-                }
-            }
-            let popped = pop_fifo
-                .pop(|deltas, initial| apply(&pop_indexer, deltas, initial, &pop_out))
-                .await;
-            if popped.is_err() {
-                break;
-            }
-        }
-    });
+    informer.on_reflector_trace(move |t| trace_line(&printer, t))?;
+    let printer = out.clone();
+    let indexer = informer.get_indexer().clone();
+    informer.on_pop(move |pop| printer.line("pop", format_args!("{}", pop_line(pop, &indexer))));
+    // One handler, doing nothing: the informer notifies it, and resyncs for it.
+    informer.add_event_handler(HandlerFns::new())?;
 
     let deadline = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs(s));
     let mut ticker = tokio::time::interval(Duration::from_secs(args.summary_every.max(1)));
     ticker.tick().await;
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => summary(&fifo, &indexer, &indices, args.fifo_lines, &out),
-            _ = tokio::signal::ctrl_c() => break,
-            () = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            } => break,
+    let stop = async {
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => summary(&informer, &indices, args.fifo_lines, &out),
+                _ = tokio::signal::ctrl_c() => break,
+                () = async {
+                    match deadline {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => break,
+            }
         }
-    }
-    summary(&fifo, &indexer, &indices, args.fifo_lines, &out);
-    let _ = stop_tx.send(true);
-    fifo.close();
-    let _ = reflector.await;
-    let _ = popper.await;
+        summary(&informer, &indices, args.fifo_lines, &out);
+    };
+    informer.run(stop).await;
     out.line("stop", format_args!("done"));
     Ok(())
 }
@@ -638,7 +505,8 @@ async fn main() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use controller_runtime::informer::Key;
+    use controller_runtime::informer::{Key, namespace_indexers};
+    use std::sync::Arc;
 
     fn queued(kind: DeltaType, rv: Option<&str>, tombstone: bool) -> QueuedDelta {
         QueuedDelta {

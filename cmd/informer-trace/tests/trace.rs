@@ -1,6 +1,6 @@
 //! `informer-trace` against the local cluster: it shows the list, the watch, and each change
-//! made meanwhile passing through the DeltaFIFO into the indexer and its indices; and, with
-//! pops held back, what the DeltaFIFO holds for each key.
+//! made meanwhile passing through the informer's pops into the indexer, its indices and its
+//! handler; and, with pops held back, what the DeltaFIFO holds for each key.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -139,8 +139,11 @@ fn trace_shows_the_list_the_watch_and_each_change_reaching_the_indexer() {
             "--from-literal=a=2",
         ],
     );
-    wait_for(&lines, &mut seen, &format!("← Added {ns}/during@"));
-    wait_for(&lines, &mut seen, &format!("{ns}/during: [Added@"));
+    wait_for_all(
+        &lines,
+        &mut seen,
+        &[&format!("{ns}/during: [Added@"), "] → add (1 handler)"],
+    );
     kubectl(
         &kubectl_bin,
         &kubeconfig,
@@ -154,7 +157,11 @@ fn trace_shows_the_list_the_watch_and_each_change_reaching_the_indexer() {
         &kubeconfig,
         &["-n", &ns, "delete", "configmap", "during"],
     );
-    wait_for(&lines, &mut seen, &format!("{ns}/during: [Deleted@"));
+    wait_for_all(
+        &lines,
+        &mut seen,
+        &[&format!("{ns}/during: [Deleted@"), "] → delete (1 handler)"],
+    );
     wait_for(&lines, &mut seen, "indexer 2 objects");
     wait_for(
         &lines,
@@ -195,8 +202,8 @@ fn trace_shows_the_deltas_the_fifo_holds_per_key_while_pops_are_held() {
     );
 
     let mut seen = Vec::new();
-    // Right after the LIST's Replace: the queue, key by key, in pop order.
-    wait_for(&lines, &mut seen, "fifo      queue now (depth ");
+    // After the LIST's Replace: the queue, key by key, in pop order.
+    wait_for(&lines, &mut seen, "summary   fifo queue (depth ");
     wait_for(&lines, &mut seen, &format!(". {ns}/before  [Replaced@"));
     wait_for(&lines, &mut seen, "WATCH from rv");
 
@@ -205,15 +212,6 @@ fn trace_shows_the_deltas_the_fifo_holds_per_key_while_pops_are_held() {
         &kubectl_bin,
         &kubeconfig,
         &["-n", &ns, "label", "configmap", "before", "x=y"],
-    );
-    wait_for_all(
-        &lines,
-        &mut seen,
-        &[
-            &format!("← Updated {ns}/before@"),
-            "; queued for this key: [Replaced@",
-            ", Updated@",
-        ],
     );
     wait_for_all(
         &lines,
