@@ -51,7 +51,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::client::{Api, ApiListerWatcher, ApiResource, Client, WatchObject};
+use crate::client::{Api, ApiListerWatcher, ApiResource, Client, Selector, WatchObject};
 
 /// The scope of a kind, as the factory needs it: how to reach its objects.
 ///
@@ -193,15 +193,6 @@ pub enum FactoryError {
     },
 }
 
-/// Label and field selectors that narrow what the informers of one kind list and watch.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Selectors {
-    /// A label selector, e.g. `app=web,tier!=cache`.
-    pub labels: Option<String>,
-    /// A field selector, e.g. `status.phase=Running`.
-    pub fields: Option<String>,
-}
-
 /// Makes and runs shared informers: one per kind and namespace, however often it is asked
 /// (client-go's `SharedInformerFactory`). See the [module documentation](self).
 pub struct InformerFactory {
@@ -212,7 +203,7 @@ pub struct InformerFactory {
     backoff: BackoffOptions,
     fifo: FifoKind,
     /// Selectors by (group, kind).
-    selectors: HashMap<(&'static str, &'static str), Selectors>,
+    selectors: HashMap<(&'static str, &'static str), Selector>,
     state: Mutex<FactoryState>,
     /// How many started informers have not returned yet.
     running: Arc<watch::Sender<usize>>,
@@ -284,10 +275,10 @@ impl InformerFactory {
         self
     }
 
-    /// Informers of kind `K` made from now on list and watch only the objects `selectors`
-    /// match (controller-runtime's `ByObject` label and field selectors).
-    pub fn select<K: k8s_openapi::Resource>(self, selectors: Selectors) -> Self {
-        self.select_kind(K::GROUP, K::KIND, selectors)
+    /// Informers of kind `K` made from now on list and watch only the objects `selector`
+    /// matches (controller-runtime's `ByObject` label and field selectors).
+    pub fn select<K: k8s_openapi::Resource>(self, selector: Selector) -> Self {
+        self.select_kind(K::GROUP, K::KIND, selector)
     }
 
     /// As [`select`](Self::select), for the kind `group`/`kind` named at run time.
@@ -295,9 +286,9 @@ impl InformerFactory {
         mut self,
         group: &'static str,
         kind: &'static str,
-        selectors: Selectors,
+        selector: Selector,
     ) -> Self {
-        self.selectors.insert((group, kind), selectors);
+        self.selectors.insert((group, kind), selector);
         self
     }
 
@@ -385,15 +376,8 @@ impl InformerFactory {
             Some(ns) => format!("{}.{}/{ns}", resource.plural, resource.api_version),
             None => format!("{}.{}", resource.plural, resource.api_version),
         };
-        let mut lister_watcher = ApiListerWatcher::new(api);
-        if let Some(selectors) = self.selectors.get(&(K::GROUP, K::KIND)) {
-            if let Some(labels) = &selectors.labels {
-                lister_watcher = lister_watcher.labels(labels);
-            }
-            if let Some(fields) = &selectors.fields {
-                lister_watcher = lister_watcher.fields(fields);
-            }
-        }
+        let selector = self.selectors.get(&(K::GROUP, K::KIND)).cloned();
+        let lister_watcher = ApiListerWatcher::new(api).selector(selector.unwrap_or_default());
         let informer = Arc::new(SharedIndexInformer::new(
             lister_watcher,
             InformerOptions {

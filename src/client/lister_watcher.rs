@@ -7,38 +7,30 @@ use informer::lister_watcher::{
 use informer::{EventStream, ListOptions, ListPage, ListerWatcher, WatchOptions};
 use serde::Serialize;
 
-use super::{Api, Error, ListParams, WatchObject, WatchParams, WatchStream};
+use super::{Api, Error, ListParams, Selector, WatchObject, WatchParams, WatchStream};
 
-/// Lists and watches the objects an [`Api`] serves, optionally narrowed by selectors, for a
-/// reflector.
+/// Lists and watches the objects an [`Api`] serves, optionally narrowed by a [`Selector`],
+/// for a reflector.
 #[derive(Clone, Debug)]
 pub struct ApiListerWatcher<K> {
     api: Api<K>,
-    label_selector: Option<String>,
-    field_selector: Option<String>,
+    selector: Selector,
 }
 
 impl<K> ApiListerWatcher<K> {
     /// Every object `api` serves.
     pub fn new(api: Api<K>) -> Self {
-        ApiListerWatcher {
-            api,
-            label_selector: None,
-            field_selector: None,
-        }
+        let selector = Selector::default();
+        ApiListerWatcher { api, selector }
     }
 
-    /// Only objects whose labels match `selector`.
-    pub fn labels(mut self, selector: &str) -> Self {
-        self.label_selector = Some(selector.to_owned());
+    /// Only the objects `selector` matches, in place of any selection before.
+    pub fn selector(mut self, selector: Selector) -> Self {
+        self.selector = selector;
         self
     }
 
-    /// Only objects whose fields match `selector`.
-    pub fn fields(mut self, selector: &str) -> Self {
-        self.field_selector = Some(selector.to_owned());
-        self
-    }
+    selector_builders!(selector);
 }
 
 impl<K> ListerWatcher<K> for ApiListerWatcher<K>
@@ -49,13 +41,11 @@ where
 
     async fn list(&self, options: &ListOptions) -> LwResult<ListPage<K>> {
         let params = ListParams {
-            label_selector: self.label_selector.clone(),
-            field_selector: self.field_selector.clone(),
+            selector: self.selector.clone(),
             limit: options.limit,
             continue_token: options.continue_token.clone(),
             resource_version: options.resource_version.clone(),
-            version_match: None,
-            timeout_seconds: None,
+            ..ListParams::default()
         };
         let list = self.api.list(&params).await.map_err(classify)?;
         Ok(ListPage {
@@ -67,8 +57,7 @@ where
 
     async fn watch(&self, options: &WatchOptions) -> LwResult<ApiEventStream<K>> {
         let params = WatchParams {
-            label_selector: self.label_selector.clone(),
-            field_selector: self.field_selector.clone(),
+            selector: self.selector.clone(),
             resource_version: options.resource_version.clone(),
             timeout_seconds: Some(options.timeout_seconds),
             bookmarks: options.allow_bookmarks,

@@ -60,6 +60,24 @@ macro_rules! object_via_metadata {
     };
 }
 
+/// The builders `labels` and `fields` of [`Selector`] (no argument) and of a type holding one
+/// (the field's name), so that a caller narrows a list or watch in one line.
+macro_rules! selector_builders {
+    ($($field:ident)?) => {
+        /// Only objects whose labels match `selector`, e.g. `app=web,tier!=db`.
+        pub fn labels(mut self, selector: &str) -> Self {
+            self$(.$field)?.labels = Some(selector.to_owned());
+            self
+        }
+
+        /// Only objects whose fields match `selector`, e.g. `metadata.name=x`.
+        pub fn fields(mut self, selector: &str) -> Self {
+            self$(.$field)?.fields = Some(selector.to_owned());
+            self
+        }
+    };
+}
+
 mod api;
 mod codec;
 mod dynamic;
@@ -98,7 +116,7 @@ pub use error::{Error, Result, Status};
 pub use lister_watcher::{ApiEventStream, ApiListerWatcher};
 pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
-    VersionMatch, WatchParams,
+    Selector, VersionMatch, WatchParams,
 };
 pub use watch::WatchStream;
 

@@ -23,16 +23,42 @@ impl VersionMatch {
     }
 }
 
+/// Which objects a list or watch returns: label and field selectors, written to the query
+/// as `labelSelector` and `fieldSelector`. The default selects everything.
+///
+/// ```
+/// use controller_runtime::client::{ListParams, Selector, WatchParams};
+///
+/// let web = Selector::default().labels("app=web").fields("status.phase=Running");
+/// let watch = WatchParams { selector: web, ..WatchParams::default() };
+/// let list = ListParams::default().labels("app=web").fields("status.phase=Running");
+/// assert_eq!(list.selector, watch.selector);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selector {
+    /// Only objects whose labels match, e.g. `app=web,tier!=db`.
+    pub labels: Option<String>,
+    /// Only objects whose fields match, e.g. `metadata.name=x`.
+    pub fields: Option<String>,
+}
+
+impl Selector {
+    selector_builders!();
+
+    fn write(&self, q: &mut Query) {
+        q.opt("labelSelector", self.labels.as_deref());
+        q.opt("fieldSelector", self.fields.as_deref());
+    }
+}
+
 /// Options for a list.
 ///
 /// With no `resource_version`, the list is a consistent read of the latest state. `"0"` lets
 /// the server answer from its watch cache, which may be slightly stale.
 #[derive(Clone, Debug, Default)]
 pub struct ListParams {
-    /// Only objects whose labels match, e.g. `app=web,tier!=db`.
-    pub label_selector: Option<String>,
-    /// Only objects whose fields match, e.g. `metadata.name=x`.
-    pub field_selector: Option<String>,
+    /// Which objects are listed.
+    pub selector: Selector,
     /// At most this many objects per page; the list's `metadata.continue` resumes it.
     pub limit: Option<u32>,
     /// The token from the previous page's `metadata.continue`.
@@ -46,17 +72,7 @@ pub struct ListParams {
 }
 
 impl ListParams {
-    /// Only objects with these labels.
-    pub fn labels(mut self, selector: &str) -> Self {
-        self.label_selector = Some(selector.to_owned());
-        self
-    }
-
-    /// Only objects with these fields.
-    pub fn fields(mut self, selector: &str) -> Self {
-        self.field_selector = Some(selector.to_owned());
-        self
-    }
+    selector_builders!(selector);
 
     /// Pages of at most `limit` objects.
     pub fn limit(mut self, limit: u32) -> Self {
@@ -79,8 +95,7 @@ impl ListParams {
 
     pub(crate) fn query(&self) -> Query {
         let mut q = Query::default();
-        q.opt("labelSelector", self.label_selector.as_deref());
-        q.opt("fieldSelector", self.field_selector.as_deref());
+        self.selector.write(&mut q);
         q.opt_num("limit", self.limit);
         q.opt("continue", self.continue_token.as_deref());
         q.opt("resourceVersion", self.resource_version.as_deref());
@@ -96,10 +111,8 @@ impl ListParams {
 /// Options for a watch.
 #[derive(Clone, Debug)]
 pub struct WatchParams {
-    /// Only objects whose labels match.
-    pub label_selector: Option<String>,
-    /// Only objects whose fields match.
-    pub field_selector: Option<String>,
+    /// Which objects are watched.
+    pub selector: Selector,
     /// Events after this version. `None` or `"0"` starts with synthetic `ADDED` events for
     /// the current state; see the API's resourceVersion rules.
     pub resource_version: Option<String>,
@@ -116,8 +129,7 @@ pub struct WatchParams {
 impl Default for WatchParams {
     fn default() -> Self {
         WatchParams {
-            label_selector: None,
-            field_selector: None,
+            selector: Selector::default(),
             resource_version: None,
             timeout_seconds: None,
             bookmarks: true,
@@ -127,17 +139,7 @@ impl Default for WatchParams {
 }
 
 impl WatchParams {
-    /// Only objects with these labels.
-    pub fn labels(mut self, selector: &str) -> Self {
-        self.label_selector = Some(selector.to_owned());
-        self
-    }
-
-    /// Only objects with these fields.
-    pub fn fields(mut self, selector: &str) -> Self {
-        self.field_selector = Some(selector.to_owned());
-        self
-    }
+    selector_builders!(selector);
 
     /// Events after `rv`.
     pub fn from_version(mut self, rv: &str) -> Self {
@@ -161,8 +163,7 @@ impl WatchParams {
     pub(crate) fn query(&self) -> Query {
         let mut q = Query::default();
         q.pair("watch", "true");
-        q.opt("labelSelector", self.label_selector.as_deref());
-        q.opt("fieldSelector", self.field_selector.as_deref());
+        self.selector.write(&mut q);
         q.opt("resourceVersion", self.resource_version.as_deref());
         q.opt_num("timeoutSeconds", self.timeout_seconds);
         if self.bookmarks {
@@ -393,9 +394,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn selector_writes_both_parts_escaped_and_nothing_when_empty() {
+        let both = Selector::default()
+            .labels("app=web,tier in (a,b)")
+            .fields("metadata.name=x");
+        let (mut q, mut none) = (Query::default(), Query::default());
+        both.write(&mut q);
+        Selector::default().write(&mut none);
+        assert_eq!(
+            q.as_str(),
+            "?labelSelector=app%3Dweb%2Ctier%20in%20%28a%2Cb%29&fieldSelector=metadata.name%3Dx"
+        );
+        assert_eq!(none.as_str(), "");
+    }
+
+    #[test]
     fn list_params_encode_every_field_in_order() {
         let q = ListParams::default()
-            .labels("app=web,tier in (a,b)")
+            .labels("app=web")
             .fields("metadata.name=x")
             .limit(500)
             .continue_from("tok/en=")
@@ -403,7 +419,7 @@ mod tests {
             .query();
         assert_eq!(
             q.as_str(),
-            "?labelSelector=app%3Dweb%2Ctier%20in%20%28a%2Cb%29&fieldSelector=metadata.name%3Dx\
+            "?labelSelector=app%3Dweb&fieldSelector=metadata.name%3Dx\
              &limit=500&continue=tok%2Fen%3D&resourceVersion=42&resourceVersionMatch=NotOlderThan"
         );
     }

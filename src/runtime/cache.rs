@@ -56,8 +56,8 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use crate::client::{Client, Raw};
-use crate::informers::{FactoryError, InformerFactory, InformerScope, Selectors};
+use crate::client::{Client, Raw, Selector};
+use crate::informers::{FactoryError, InformerFactory, InformerScope};
 
 /// Why a cache read or the cache's start failed.
 #[derive(Debug, thiserror::Error)]
@@ -119,7 +119,7 @@ pub struct CacheOptions {
     pub sync_timeout: Duration,
     /// Per-kind label and field selectors, by (group, kind); set with
     /// [`select`](Self::select).
-    pub selectors: HashMap<(&'static str, &'static str), Selectors>,
+    pub selectors: HashMap<(&'static str, &'static str), Selector>,
     /// Keep each object's typed form once a read decoded it, until the object changes, so
     /// that later reads of the unchanged object return the same `Arc` without decoding.
     /// Default false: every read decodes afresh and the cache holds the JSON alone. Keeping
@@ -175,10 +175,10 @@ impl Default for CacheOptions {
 }
 
 impl CacheOptions {
-    /// Caches only the objects of kind `K` that `selectors` match (controller-runtime's
+    /// Caches only the objects of kind `K` that `selector` matches (controller-runtime's
     /// `ByObject`). A read of an object outside the selection finds nothing.
-    pub fn select<K: k8s_openapi::Resource>(mut self, selectors: Selectors) -> Self {
-        self.selectors.insert((K::GROUP, K::KIND), selectors);
+    pub fn select<K: k8s_openapi::Resource>(mut self, selector: Selector) -> Self {
+        self.selectors.insert((K::GROUP, K::KIND), selector);
         self
     }
 
@@ -260,8 +260,8 @@ impl Cache {
             if let Some(ns) = namespace {
                 factory = factory.namespace(ns);
             }
-            for ((group, kind), selectors) in &options.selectors {
-                factory = factory.select_kind(group, kind, selectors.clone());
+            for ((group, kind), selector) in &options.selectors {
+                factory = factory.select_kind(group, kind, selector.clone());
             }
             factory
         };

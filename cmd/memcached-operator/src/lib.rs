@@ -19,7 +19,7 @@ pub mod webhook;
 
 use std::sync::Arc;
 
-use controller_runtime::informers::Selectors;
+use controller_runtime::client::Selector;
 use controller_runtime::runtime::{Controller, Manager, ManagerError};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -37,10 +37,7 @@ pub fn cache_selectors(
     options: controller_runtime::runtime::CacheOptions,
 ) -> controller_runtime::runtime::CacheOptions {
     options
-        .select::<Pod>(Selectors {
-            labels: Some(format!("{}={}", MANAGED_BY.0, MANAGED_BY.1)),
-            fields: None,
-        })
+        .select::<Pod>(Selector::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1)))
         .transform::<Pod>(controller_runtime::runtime::metadata_only)
 }
 
