@@ -11,7 +11,7 @@
 //!   text format (OpenMetrics when the scraper asks for it);
 //!   [`serve_metrics_secure`] serves the same over HTTPS ([`MetricsTls`]), each request
 //!   authenticated and authorized through the API server by an
-//!   [`Authorizer`](super::auth::Authorizer) when one is given (kubebuilder's
+//!   [`Authorizer`] when one is given (kubebuilder's
 //!   `--metrics-secure`, controller-runtime's `filters.WithAuthenticationAndAuthorization`).
 //!
 //! All run one task per connection and stop gracefully when their `shutdown` future
