@@ -108,7 +108,10 @@ def operator_command(name, opts, ns, metrics, probes):
               f"--metrics-bind-address=127.0.0.1:{metrics}",
               f"--health-probe-bind-address=127.0.0.1:{probes}"]
     if name == "ours":
-        return [opts.ours_bin, *common, f"--kube-api-qps={opts.ours_qps}"]
+        # Plain HTTP metrics, as the peer serves them (both scaffolds default to HTTPS with
+        # TokenReview and SubjectAccessReview per scrape).
+        return [opts.ours_bin, *common, "--metrics-secure=false",
+                f"--kube-api-qps={opts.ours_qps}"]
     extra = ["--strip-managed-fields"] if opts.peer_strip else []
     return [THEIRS, *common, "--zap-log-level=info", *extra]
 

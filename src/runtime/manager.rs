@@ -32,11 +32,12 @@ use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::auth::Authorizer;
 use super::cache::{Cache, CacheError, CacheOptions, CachedKind, Store};
 use super::events::{Recorder, default_instance};
 use super::leader_election::{LeaderElectionConfig, LeaderElector};
 use super::metrics::Metrics;
-use super::server::{self, Checks};
+use super::server::{self, Checks, MetricsTls, SecureMetricsOptions};
 use super::webhook::WebhookServer;
 use crate::client::{Client, ClientOptions};
 use crate::config::Config;
@@ -53,6 +54,9 @@ pub enum ManagerError {
     /// Two controllers were given one name.
     #[error("a controller named {0:?} is already registered; names must be unique (use `named`)")]
     DuplicateController(String),
+    /// The metrics server's certificate could not be loaded or made.
+    #[error("starting the metrics server: {0}")]
+    Metrics(#[source] server::Error),
     /// The webhook server could not start: its certificate, or its address.
     #[error("starting the webhook server: {0}")]
     Webhook(#[source] super::webhook::Error),
@@ -89,6 +93,10 @@ pub enum ManagerError {
 pub struct ManagerOptions {
     /// Where `/metrics` is served; `None` (the default) serves no metrics.
     pub metrics_bind_address: Option<SocketAddr>,
+    /// Serve `/metrics` over HTTPS, for scrapers the API server authenticates and
+    /// authorizes (kubebuilder's `--metrics-secure`); `None` (the default, as
+    /// controller-runtime's) serves plain HTTP to anyone who can connect.
+    pub metrics_secure: Option<SecureMetricsOptions>,
     /// Where `/healthz` and `/readyz` are served; `None` (the default) serves no probes.
     pub health_probe_bind_address: Option<SocketAddr>,
     /// Leader election, when the controllers must run in one replica only. `None` (the
@@ -108,6 +116,7 @@ impl Default for ManagerOptions {
     fn default() -> Self {
         ManagerOptions {
             metrics_bind_address: None,
+            metrics_secure: None,
             health_probe_bind_address: None,
             leader_election: None,
             cache: CacheOptions::default(),
@@ -442,16 +451,30 @@ impl Manager {
 
         // 1. The servers.
         if let Some(addr) = options.metrics_bind_address {
+            let tls = match &options.metrics_secure {
+                Some(secure) => Some(MetricsTls::load(secure).await.map_err(|e| {
+                    self.shared.bound.send_modify(|b| b.done = true);
+                    ManagerError::Metrics(e)
+                })?),
+                None => None,
+            };
             let listener = self.bind("metrics", addr).await?;
             let addr = listener.local_addr().unwrap_or(addr);
             self.shared.bound.send_modify(|b| b.metrics = Some(addr));
-            tracing::info!(%addr, "serving metrics");
+            tracing::info!(%addr, secure = tls.is_some(), "serving metrics");
             let metrics = self.shared.metrics.clone();
-            servers.spawn(server::serve_metrics(
-                listener,
-                metrics,
-                stopped(&stopping_all),
-            ));
+            let stop = stopped(&stopping_all);
+            match (tls, &options.metrics_secure) {
+                (Some(tls), Some(secure)) => {
+                    let authorizer = secure.authorize.then(|| Authorizer::new(self.client()));
+                    servers.spawn(server::serve_metrics_secure(
+                        listener, metrics, tls, authorizer, stop,
+                    ));
+                }
+                _ => {
+                    servers.spawn(server::serve_metrics(listener, metrics, stop));
+                }
+            }
         }
         if let Some(addr) = options.health_probe_bind_address {
             let listener = self.bind("health probe", addr).await?;

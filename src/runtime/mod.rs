@@ -16,7 +16,9 @@
 //!   `async fn(Arc<K>, Arc<Ctx>) -> Result<Action, ReconcileError>`.
 //! * [`leader_election`] — Lease-based leader election (15 s / 10 s / 2 s).
 //! * [`metrics`] and [`server`] — `/metrics` with controller-runtime's metric names, and
-//!   `/healthz` and `/readyz` with its response format.
+//!   `/healthz` and `/readyz` with its response format; [`auth`] — `/metrics` over HTTPS
+//!   for scrapers the API server authenticates and authorizes (kubebuilder's
+//!   `--metrics-secure`).
 //! * [`events`], [`owner`], [`finalizer`], [`ops`] — an events.k8s.io recorder, owner
 //!   references, finalizers, `create_or_update`, `retry_on_conflict`, server-side apply.
 //! * [`crd`] — CustomResourceDefinitions generated from Rust types.
@@ -102,6 +104,7 @@
 //! an end-to-end row of `make bench-runtime` (start to every object reconciled, memory) by
 //! 10 % or more, with no `unsafe` and no hidden thread.
 
+pub mod auth;
 pub mod cache;
 pub mod controller;
 pub mod crd;

@@ -8,9 +8,13 @@
 //!   and a last line `healthz check failed`; `?verbose` for the lines on success too,
 //!   `?exclude=name` to skip a check, and `/healthz/<name>` for a single check.
 //! * [`serve_metrics`] answers `GET /metrics` with a [`Metrics`] registry in the Prometheus
-//!   text format (OpenMetrics when the scraper asks for it).
+//!   text format (OpenMetrics when the scraper asks for it);
+//!   [`serve_metrics_secure`] serves the same over HTTPS ([`MetricsTls`]), each request
+//!   authenticated and authorized through the API server by an
+//!   [`Authorizer`] when one is given (kubebuilder's
+//!   `--metrics-secure`, controller-runtime's `filters.WithAuthenticationAndAuthorization`).
 //!
-//! Both run one task per connection and stop gracefully when their `shutdown` future
+//! All run one task per connection and stop gracefully when their `shutdown` future
 //! completes. [`parse_bind_address`] reads kubebuilder's `--health-probe-bind-address` and
 //! `--metrics-bind-address` flags (`:8081`, `0` to disable).
 //!
@@ -36,11 +40,12 @@ use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -48,11 +53,16 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use parking_lot::RwLock;
+use rustls::sign::CertifiedKey;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
+use super::auth::Authorizer;
 use super::metrics::{self, Metrics};
+use super::webhook::CertWatcher;
 
 /// What the probe and metrics servers can reject.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +83,18 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+
+    /// The metrics server's certificate and key files exist but do not load.
+    #[error("the metrics server's certificate: {0}")]
+    Certificate(#[source] super::webhook::Error),
+
+    /// No self-signed certificate could be made.
+    #[error("generating a self-signed certificate for the metrics server: {0}")]
+    SelfSigned(String),
+
+    /// The TLS configuration could not be built.
+    #[error("building the metrics server's TLS configuration: {0}")]
+    Tls(#[source] rustls::Error),
 }
 
 /// One health check: `Ok(())` when healthy, else a reason (logged, never served to the
@@ -340,7 +362,7 @@ pub async fn serve_probes(
     readyz: Checks,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let handler = move |req: &Request<Incoming>| {
+    let handler = move |req: Request<Incoming>| {
         let path = req.uri().path();
         let query = req.uri().query();
         let (status, body) = if let Some(rest) = endpoint(path, "/healthz") {
@@ -350,9 +372,9 @@ pub async fn serve_probes(
         } else {
             (StatusCode::NOT_FOUND, NOT_FOUND.to_owned())
         };
-        text_response(status, body, "text/plain; charset=utf-8")
+        std::future::ready(text_response(status, body, "text/plain; charset=utf-8"))
     };
-    serve(listener, handler, shutdown, "probes").await
+    serve(listener, None, handler, shutdown, "probes").await
 }
 
 /// Serves `GET /metrics` from `metrics` on `listener` until `shutdown` completes; any other
@@ -374,31 +396,202 @@ pub async fn serve_metrics(
     metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let handler = move |req: &Request<Incoming>| {
-        if req.uri().path() != "/metrics" {
-            return text_response(
-                StatusCode::NOT_FOUND,
-                NOT_FOUND.to_owned(),
-                "text/plain; charset=utf-8",
-            );
-        }
-        let openmetrics = req
-            .headers()
-            .get_all(ACCEPT)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| v.contains("application/openmetrics-text"));
-        if openmetrics {
-            text_response(
-                StatusCode::OK,
-                metrics.encode_openmetrics(),
-                metrics::OPENMETRICS_CONTENT_TYPE,
-            )
-        } else {
-            text_response(StatusCode::OK, metrics.encode(), metrics::CONTENT_TYPE)
+    let handler = move |req: Request<Incoming>| std::future::ready(scrape(&metrics, &req));
+    serve(listener, None, handler, shutdown, "metrics").await
+}
+
+/// Serves `GET /metrics` as [`serve_metrics`] does, over HTTPS with `tls`; with an
+/// `authorizer`, a request to `/metrics` is served only if it allows it (else 401, 403 or
+/// 500 with controller-runtime's text; see [`auth`](super::auth)). Other paths are a 404
+/// either way.
+///
+/// HTTP/1.1 only, as kubebuilder's scaffold serves metrics (its `--enable-http2` is off by
+/// default, against the HTTP/2 Rapid Reset and Stream Cancellation attacks).
+///
+/// # Errors
+///
+/// As [`serve_probes`]: a failed handshake is logged at debug level and ends only its
+/// connection.
+///
+/// # Cancel safety
+///
+/// As [`serve_probes`].
+pub async fn serve_metrics_secure(
+    listener: TcpListener,
+    metrics: Metrics,
+    tls: MetricsTls,
+    authorizer: Option<Authorizer>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let metrics = Arc::new(metrics);
+    let handler = move |req: Request<Incoming>| {
+        let (metrics, authorizer) = (metrics.clone(), authorizer.clone());
+        async move {
+            if let (Some(authorizer), "/metrics") = (&authorizer, req.uri().path()) {
+                let verdict = authorizer
+                    .check(
+                        req.headers().get(AUTHORIZATION),
+                        req.method(),
+                        req.uri().path(),
+                    )
+                    .await;
+                if let Some((status, body)) = verdict.refusal() {
+                    return text_response(status, body, "text/plain; charset=utf-8");
+                }
+            }
+            scrape(&metrics, &req)
         }
     };
-    serve(listener, handler, shutdown, "metrics").await
+    serve(listener, Some(tls), handler, shutdown, "metrics").await
+}
+
+/// The answer to a request to the metrics server, once allowed.
+fn scrape(metrics: &Metrics, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.uri().path() != "/metrics" {
+        return text_response(
+            StatusCode::NOT_FOUND,
+            NOT_FOUND.to_owned(),
+            "text/plain; charset=utf-8",
+        );
+    }
+    let openmetrics = req
+        .headers()
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    if openmetrics {
+        text_response(
+            StatusCode::OK,
+            metrics.encode_openmetrics(),
+            metrics::OPENMETRICS_CONTENT_TYPE,
+        )
+    } else {
+        text_response(StatusCode::OK, metrics.encode(), metrics::CONTENT_TYPE)
+    }
+}
+
+// === TLS for the metrics server ===
+
+/// How `/metrics` is served over HTTPS (kubebuilder's `--metrics-secure`). The defaults are
+/// controller-runtime's.
+#[derive(Clone, Debug)]
+pub struct SecureMetricsOptions {
+    /// The directory holding the certificate and key (`--metrics-cert-path`). Default
+    /// `<temp dir>/k8s-metrics-server/serving-certs`. When either file is missing, a
+    /// self-signed certificate for `localhost` and `127.0.0.1` is made at start, as
+    /// controller-runtime does: scrapers then skip verifying it, as Prometheus' scrape
+    /// config for kubebuilder's ServiceMonitor does (`insecureSkipVerify`), but the traffic
+    /// and the bearer tokens in it are encrypted.
+    pub cert_dir: PathBuf,
+    /// The certificate's file name in `cert_dir` (PEM, the chain). Default `tls.crt`.
+    pub cert_name: String,
+    /// The key's file name in `cert_dir` (PEM). Default `tls.key`.
+    pub key_name: String,
+    /// Authenticate (TokenReview) and authorize (SubjectAccessReview) every request to
+    /// `/metrics`, as kubebuilder's scaffold does with `--metrics-secure`. Default true.
+    pub authorize: bool,
+}
+
+impl Default for SecureMetricsOptions {
+    fn default() -> Self {
+        SecureMetricsOptions {
+            cert_dir: std::env::temp_dir()
+                .join("k8s-metrics-server")
+                .join("serving-certs"),
+            cert_name: "tls.crt".to_owned(),
+            key_name: "tls.key".to_owned(),
+            authorize: true,
+        }
+    }
+}
+
+/// The metrics server's TLS: a certificate from files, reloaded as they change (the webhook
+/// server's watcher), or a self-signed one made at start.
+#[derive(Clone)]
+pub struct MetricsTls {
+    acceptor: TlsAcceptor,
+    /// The watcher of the certificate files, checked before each handshake; `None` for a
+    /// self-signed certificate.
+    watcher: Option<Arc<CertWatcher>>,
+}
+
+impl fmt::Debug for MetricsTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MetricsTls")
+            .field("watcher", &self.watcher)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Serves one fixed certificate.
+#[derive(Debug)]
+struct Fixed(Arc<CertifiedKey>);
+
+impl rustls::server::ResolvesServerCert for Fixed {
+    fn resolve(&self, _hello: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+impl MetricsTls {
+    /// The certificate of `options.cert_dir` when both of its files exist, else a
+    /// self-signed one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Certificate`] (naming the file) if the files exist but do not load;
+    /// [`Error::SelfSigned`] or [`Error::Tls`] if the TLS configuration cannot be made.
+    pub async fn load(options: &SecureMetricsOptions) -> Result<MetricsTls, Error> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cert = options.cert_dir.join(&options.cert_name);
+        let key = options.cert_dir.join(&options.key_name);
+        let both = tokio::fs::try_exists(&cert).await.unwrap_or(false)
+            && tokio::fs::try_exists(&key).await.unwrap_or(false);
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(Error::Tls)?
+            .with_no_client_auth();
+        let (mut config, watcher) = if both {
+            let watcher = Arc::new(
+                CertWatcher::new(cert, key, provider)
+                    .await
+                    .map_err(Error::Certificate)?,
+            );
+            (builder.with_cert_resolver(watcher.clone()), Some(watcher))
+        } else {
+            tracing::info!(
+                cert_dir = %options.cert_dir.display(),
+                "no metrics serving certificate there; serving a self-signed one"
+            );
+            let pair = self_signed(&provider)?;
+            (
+                builder.with_cert_resolver(Arc::new(Fixed(Arc::new(pair)))),
+                None,
+            )
+        };
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(MetricsTls {
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            watcher,
+        })
+    }
+}
+
+/// A self-signed certificate for `localhost` and `127.0.0.1` (ECDSA P-256), as
+/// controller-runtime makes for a metrics server without one.
+fn self_signed(provider: &rustls::crypto::CryptoProvider) -> Result<CertifiedKey, Error> {
+    let bad = |e: rcgen::Error| Error::SelfSigned(e.to_string());
+    let key = rcgen::KeyPair::generate().map_err(bad)?;
+    let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let mut params = rcgen::CertificateParams::new(names).map_err(bad)?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "localhost");
+    let cert = params.self_signed(&key).map_err(bad)?;
+    let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    CertifiedKey::from_der(vec![cert.der().clone()], key_der, provider)
+        .map_err(|e| Error::SelfSigned(e.to_string()))
 }
 
 /// What follows `prefix` in `path` when `path` is the endpoint or below it.
@@ -423,17 +616,22 @@ fn text_response(
 /// How long a graceful stop waits for requests in flight.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
-/// The accept loop: one task per connection, HTTP/1.1, until `shutdown`; then stop
-/// accepting, ask each connection to finish its request in flight and close, and wait for
-/// them (up to [`DRAIN_LIMIT`]).
-async fn serve<H>(
+/// How long a client has to finish the TLS handshake.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+
+/// The accept loop: one task per connection (after its TLS handshake, with `tls`), HTTP/1.1,
+/// until `shutdown`; then stop accepting, ask each connection to finish its request in
+/// flight and close, and wait for them (up to [`DRAIN_LIMIT`]).
+async fn serve<H, F>(
     listener: TcpListener,
+    tls: Option<MetricsTls>,
     handler: H,
     shutdown: impl Future<Output = ()>,
     what: &'static str,
 ) -> std::io::Result<()>
 where
-    H: Fn(&Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync + 'static,
+    H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
 {
     let handler = Arc::new(handler);
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -441,7 +639,7 @@ where
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new());
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(server = what, %addr, "serving");
+        tracing::info!(server = what, %addr, secure = tls.is_some(), "serving");
     }
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -456,27 +654,22 @@ where
                         continue;
                     }
                 };
-                let handler = handler.clone();
-                let mut stop = stop_rx.clone();
-                let conn = builder.serve_connection(
-                    TokioIo::new(stream),
-                    service_fn(move |req: Request<Incoming>| {
-                        let response = handler(&req);
-                        async move { Ok::<_, Infallible>(response) }
-                    }),
-                );
+                let connection = Connection {
+                    handler: handler.clone(),
+                    builder: builder.clone(),
+                    stop: stop_rx.clone(),
+                    peer,
+                    what,
+                };
+                let tls = tls.clone();
                 connections.spawn(async move {
-                    let mut conn = std::pin::pin!(conn);
-                    let result = tokio::select! {
-                        r = conn.as_mut() => r,
-                        // The guard `wait_for` returns is not Send: drop it inside.
-                        () = async { let _ = stop.wait_for(|stopping| *stopping).await; } => {
-                            conn.as_mut().graceful_shutdown();
-                            conn.await
+                    match tls {
+                        None => connection.serve(stream).await,
+                        Some(tls) => {
+                            if let Some(stream) = connection.handshake(&tls, stream).await {
+                                connection.serve(stream).await;
+                            }
                         }
-                    };
-                    if let Err(e) = result {
-                        tracing::debug!(server = what, %peer, error = %e, "connection ended with an error");
                     }
                 });
             }
@@ -499,6 +692,83 @@ where
     }
     tracing::info!(server = what, "stopped");
     Ok(())
+}
+
+/// One accepted connection.
+struct Connection<H> {
+    handler: Arc<H>,
+    builder: http1::Builder,
+    stop: watch::Receiver<bool>,
+    peer: SocketAddr,
+    what: &'static str,
+}
+
+impl<H, F> Connection<H>
+where
+    H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    /// The TLS handshake (with the certificate files checked for changes first); `None`
+    /// when it fails, times out, or the server stops meanwhile.
+    async fn handshake(
+        &self,
+        tls: &MetricsTls,
+        stream: tokio::net::TcpStream,
+    ) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+        if let Some(watcher) = &tls.watcher {
+            watcher.refresh().await;
+        }
+        let (peer, what) = (self.peer, self.what);
+        let mut stop = self.stop.clone();
+        let handshake = tokio::time::timeout(HANDSHAKE_LIMIT, tls.acceptor.accept(stream));
+        tokio::select! {
+            done = handshake => match done {
+                Ok(Ok(stream)) => Some(stream),
+                Ok(Err(e)) => {
+                    tracing::debug!(server = what, %peer, error = %e, "TLS handshake failed");
+                    None
+                }
+                Err(_) => {
+                    tracing::debug!(server = what, %peer, "TLS handshake timed out");
+                    None
+                }
+            },
+            () = async { let _ = stop.wait_for(|s| *s).await; } => None,
+        }
+    }
+
+    /// Serves HTTP/1.1 on `io` until the client closes or the server stops.
+    async fn serve<I>(self, io: I)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            handler,
+            builder,
+            mut stop,
+            peer,
+            what,
+        } = self;
+        let conn = builder.serve_connection(
+            TokioIo::new(io),
+            service_fn(move |req: Request<Incoming>| {
+                let response = handler(req);
+                async move { Ok::<_, Infallible>(response.await) }
+            }),
+        );
+        let mut conn = std::pin::pin!(conn);
+        let result = tokio::select! {
+            r = conn.as_mut() => r,
+            // The guard `wait_for` returns is not Send: drop it inside.
+            () = async { let _ = stop.wait_for(|stopping| *stopping).await; } => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(server = what, %peer, error = %e, "connection ended with an error");
+        }
+    }
 }
 
 // === bind addresses ===
@@ -542,6 +812,7 @@ pub fn parse_bind_address(s: &str) -> Result<Option<SocketAddr>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     fn failing(reason: &'static str) -> Check {
@@ -715,6 +986,39 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn without_certificate_files_the_metrics_server_makes_a_self_signed_one() {
+        let options = SecureMetricsOptions {
+            cert_dir: PathBuf::from("/nonexistent/k8s-metrics-server"),
+            ..SecureMetricsOptions::default()
+        };
+        let tls = MetricsTls::load(&options).await.unwrap();
+        assert!(tls.watcher.is_none());
+        let provider = rustls::crypto::ring::default_provider();
+        let pair = self_signed(&provider).unwrap();
+        assert_eq!(pair.cert.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn certificate_files_are_served_and_a_bad_pair_names_the_file() {
+        let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/tls");
+        let options = SecureMetricsOptions {
+            cert_dir: tls.clone(),
+            cert_name: "server.pem".into(),
+            key_name: "server-key.pem".into(),
+            ..SecureMetricsOptions::default()
+        };
+        let loaded = MetricsTls::load(&options).await.unwrap();
+        assert!(loaded.watcher.is_some());
+        let mismatched = SecureMetricsOptions {
+            key_name: "self-signed-key.pem".into(),
+            ..options
+        };
+        let error = MetricsTls::load(&mismatched).await.unwrap_err();
+        assert!(matches!(error, Error::Certificate(_)), "{error}");
+        assert!(error.to_string().contains("self-signed-key.pem"), "{error}");
     }
 
     #[test]

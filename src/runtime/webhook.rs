@@ -871,7 +871,8 @@ async fn stamp(path: &Path) -> Stamp {
 }
 
 /// The serving certificate: the current pair, reloaded from its files when they change.
-struct CertWatcher {
+/// The metrics server serves its certificate with it too.
+pub(crate) struct CertWatcher {
     cert_path: PathBuf,
     key_path: PathBuf,
     provider: Arc<CryptoProvider>,
@@ -898,7 +899,7 @@ impl ResolvesServerCert for CertWatcher {
 
 impl CertWatcher {
     /// Loads the pair; fails if it does not load.
-    async fn new(
+    pub(crate) async fn new(
         cert_path: PathBuf,
         key_path: PathBuf,
         provider: Arc<CryptoProvider>,
@@ -916,7 +917,7 @@ impl CertWatcher {
 
     /// Reloads the pair if either file changed since it was last read; keeps the current
     /// pair (and logs why) if the new one does not load.
-    async fn refresh(&self) {
+    pub(crate) async fn refresh(&self) {
         let stamps = (stamp(&self.cert_path).await, stamp(&self.key_path).await);
         if *self.seen.lock() == stamps {
             return;
@@ -929,12 +930,12 @@ impl CertWatcher {
                 let mut current = self.current.write();
                 if current.cert != pair.cert {
                     *current = Arc::new(pair);
-                    tracing::info!(cert = %self.cert_path.display(), "reloaded the webhook serving certificate");
+                    tracing::info!(cert = %self.cert_path.display(), "reloaded the serving certificate");
                 }
             }
             Err(e) => tracing::error!(
                 error = %e,
-                "the webhook serving certificate did not reload; serving the previous one"
+                "the serving certificate did not reload; serving the previous one"
             ),
         }
     }

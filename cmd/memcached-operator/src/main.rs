@@ -9,7 +9,7 @@ use clap::Parser;
 use controller_runtime::client::RateLimit;
 use controller_runtime::config::{Config, KubeconfigOptions};
 use controller_runtime::runtime::leader_election::LeaderElectionConfig;
-use controller_runtime::runtime::server::parse_bind_address;
+use controller_runtime::runtime::server::{SecureMetricsOptions, parse_bind_address};
 use controller_runtime::runtime::webhook::WebhookOptions;
 use controller_runtime::runtime::{CacheOptions, Manager, ManagerOptions};
 use tracing_subscriber::filter::{LevelFilter, Targets};
@@ -25,9 +25,28 @@ struct Flags {
     /// service account.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Where /metrics is served ("0" turns it off).
-    #[arg(long, default_value = ":8080", value_parser = bind_address)]
-    metrics_bind_address: BindAddress,
+    /// Where /metrics is served ("0" turns it off); default :8443 with --metrics-secure,
+    /// :8080 without.
+    #[arg(long, value_parser = bind_address)]
+    metrics_bind_address: Option<BindAddress>,
+    /// Serve /metrics over HTTPS, only to callers the API server authenticates
+    /// (TokenReview) and authorizes (SubjectAccessReview: get on the non-resource URL
+    /// /metrics), as kubebuilder's scaffold does; --metrics-secure=false serves plain HTTP
+    /// to anyone who can connect.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    metrics_secure: bool,
+    /// The directory holding the metrics server's certificate and key; when they are
+    /// missing a self-signed certificate is made at start. Default
+    /// `<temp dir>/k8s-metrics-server/serving-certs`.
+    #[arg(long)]
+    metrics_cert_path: Option<PathBuf>,
+    /// The metrics server's certificate file in --metrics-cert-path.
+    #[arg(long, default_value = "tls.crt")]
+    metrics_cert_name: String,
+    /// The metrics server's key file in --metrics-cert-path.
+    #[arg(long, default_value = "tls.key")]
+    metrics_cert_key: String,
     /// Where /healthz and /readyz are served ("0" turns them off).
     #[arg(long, default_value = ":8081", value_parser = bind_address)]
     health_probe_bind_address: BindAddress,
@@ -73,6 +92,29 @@ struct Flags {
     log_format: String,
 }
 
+impl Flags {
+    /// `--metrics-bind-address`, defaulting by `--metrics-secure`.
+    fn metrics_address(&self) -> Option<SocketAddr> {
+        match self.metrics_bind_address {
+            Some(address) => address.0,
+            None => Some(([0, 0, 0, 0], if self.metrics_secure { 8443 } else { 8080 }).into()),
+        }
+    }
+
+    /// How metrics are served over HTTPS; `None` for plain HTTP.
+    fn secure_metrics(&self) -> Option<SecureMetricsOptions> {
+        let mut options = SecureMetricsOptions {
+            cert_name: self.metrics_cert_name.clone(),
+            key_name: self.metrics_cert_key.clone(),
+            ..SecureMetricsOptions::default()
+        };
+        if let Some(dir) = &self.metrics_cert_path {
+            options.cert_dir = dir.clone();
+        }
+        self.metrics_secure.then_some(options)
+    }
+}
+
 /// What the binary can do besides running the operator.
 #[derive(Debug, clap::Subcommand)]
 enum Command {
@@ -116,7 +158,8 @@ async fn main() -> anyhow::Result<()> {
         LeaderElectionConfig::new("86f835c3.example.com", namespace)
     });
     let mut options = ManagerOptions {
-        metrics_bind_address: flags.metrics_bind_address.0,
+        metrics_bind_address: flags.metrics_address(),
+        metrics_secure: flags.secure_metrics(),
         health_probe_bind_address: flags.health_probe_bind_address.0,
         leader_election,
         cache: memcached_operator::cache_selectors(CacheOptions {
@@ -199,9 +242,12 @@ mod tests {
     #[test]
     fn flags_follow_kubebuilder_defaults() {
         let flags = Flags::try_parse_from(["memcached-operator"]).unwrap();
+        assert_eq!(flags.metrics_address(), Some(([0, 0, 0, 0], 8443).into()));
+        let secure = flags.secure_metrics().expect("secure by default");
+        assert!(secure.authorize);
         assert_eq!(
-            flags.metrics_bind_address.0,
-            Some(([0, 0, 0, 0], 8080).into())
+            (secure.cert_name.as_str(), secure.key_name.as_str()),
+            ("tls.crt", "tls.key")
         );
         assert_eq!(
             flags.health_probe_bind_address.0,
@@ -250,7 +296,7 @@ mod tests {
             "--namespace=prod",
         ])
         .unwrap();
-        assert_eq!(flags.metrics_bind_address.0, None);
+        assert_eq!(flags.metrics_address(), None);
         assert_eq!(
             flags.health_probe_bind_address.0,
             Some(([127, 0, 0, 1], 9000).into())
@@ -262,6 +308,27 @@ mod tests {
                 .to_string()
                 .contains("metrics-bind-address")
         );
+    }
+
+    #[test]
+    fn metrics_secure_is_a_go_style_boolean_flag() {
+        let plain =
+            Flags::try_parse_from(["memcached-operator", "--metrics-secure=false"]).unwrap();
+        assert!(plain.secure_metrics().is_none());
+        assert_eq!(plain.metrics_address(), Some(([0, 0, 0, 0], 8080).into()));
+        let on = Flags::try_parse_from([
+            "memcached-operator",
+            "--metrics-secure",
+            "--metrics-bind-address=127.0.0.1:9443",
+            "--metrics-cert-path=/certs",
+        ])
+        .unwrap();
+        assert_eq!(on.metrics_address(), Some(([127, 0, 0, 1], 9443).into()));
+        assert_eq!(
+            on.secure_metrics().unwrap().cert_dir,
+            PathBuf::from("/certs")
+        );
+        assert!(Flags::try_parse_from(["memcached-operator", "--metrics-secure=maybe"]).is_err());
     }
 
     #[test]

@@ -57,6 +57,13 @@ const LEADER_ELECTION_RULES: &[(&str, &str, &[&str])] = &[(
     &["create", "get", "update"],
 )];
 
+/// The ClusterRole that lets the operator check who scrapes /metrics: it reviews their
+/// tokens and their access, and nothing else.
+const METRICS_AUTH_RULES: &[(&str, &str, &[&str])] = &[
+    ("authentication.k8s.io", "tokenreviews", &["create"]),
+    ("authorization.k8s.io", "subjectaccessreviews", &["create"]),
+];
+
 /// The lease name the binary elects on.
 const LEASE: &str = "86f835c3.example.com";
 
@@ -324,7 +331,10 @@ fn config_default_renders_and_the_api_server_accepts_it_as_make_deploy_applies_i
         inventory(&objects),
         [
             format!("ClusterRole /{}", p("manager-role")),
+            format!("ClusterRole /{}", p("metrics-auth-role")),
+            format!("ClusterRole /{}", p("metrics-reader")),
             format!("ClusterRoleBinding /{}", p("manager-rolebinding")),
+            format!("ClusterRoleBinding /{}", p("metrics-auth-rolebinding")),
             "CustomResourceDefinition /memcacheds.cache.example.com".to_owned(),
             format!("Deployment {system}/{}", p("controller-manager")),
             format!(
@@ -364,9 +374,9 @@ fn config_default_renders_and_the_api_server_accepts_it_as_make_deploy_applies_i
     assert_eq!(
         container["args"],
         json!([
+            "--metrics-bind-address=:8443",
             "--leader-elect",
             "--health-probe-bind-address=:8081",
-            "--metrics-bind-address=:8080"
         ])
     );
     assert_eq!(
@@ -398,7 +408,21 @@ fn config_default_renders_and_the_api_server_accepts_it_as_make_deploy_applies_i
     };
     assert_eq!(
         (port("metrics"), port("health"), port("webhook-server")),
-        (json!(8080), json!(8081), json!(9443))
+        (json!(8443), json!(8081), json!(9443))
+    );
+    // The metrics Service forwards HTTPS on 8443 to the manager's metrics port.
+    let metrics = &find(
+        &objects,
+        "Service",
+        &p("controller-manager-metrics-service"),
+    )["spec"];
+    assert_eq!(
+        (
+            &metrics["ports"][0]["name"],
+            &metrics["ports"][0]["port"],
+            &metrics["ports"][0]["targetPort"]
+        ),
+        (&json!("https"), &json!(8443), &json!(8443))
     );
     for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         assert_eq!(container[probe]["httpGet"]["path"], path);
@@ -552,6 +576,18 @@ fn the_rendered_roles_grant_exactly_the_expected_rules() {
     assert_eq!(grants(&manager["rules"]), expected(MANAGER_RULES));
     let leader = find(&objects, "Role", "memcached-operator-leader-election-role");
     assert_eq!(grants(&leader["rules"]), expected(LEADER_ELECTION_RULES));
+    let metrics_auth = find(
+        &objects,
+        "ClusterRole",
+        "memcached-operator-metrics-auth-role",
+    );
+    assert_eq!(grants(&metrics_auth["rules"]), expected(METRICS_AUTH_RULES));
+    // What a scraper needs, bound to nobody by the manifests.
+    let reader = find(&objects, "ClusterRole", "memcached-operator-metrics-reader");
+    assert_eq!(
+        reader["rules"],
+        json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
     // Bound to the manager's service account, and nothing else is granted.
     let account = json!([{
         "kind": "ServiceAccount",
@@ -569,6 +605,11 @@ fn the_rendered_roles_grant_exactly_the_expected_rules() {
             "memcached-operator-leader-election-rolebinding",
             "memcached-operator-leader-election-role",
         ),
+        (
+            "ClusterRoleBinding",
+            "memcached-operator-metrics-auth-rolebinding",
+            "memcached-operator-metrics-auth-role",
+        ),
     ] {
         let binding = find(&objects, kind, name);
         assert_eq!(binding["subjects"], account, "{kind}");
@@ -585,7 +626,10 @@ fn the_rendered_roles_grant_exactly_the_expected_rules() {
         rbac,
         [
             "ClusterRole /memcached-operator-manager-role",
+            "ClusterRole /memcached-operator-metrics-auth-role",
+            "ClusterRole /memcached-operator-metrics-reader",
             "ClusterRoleBinding /memcached-operator-manager-rolebinding",
+            "ClusterRoleBinding /memcached-operator-metrics-auth-rolebinding",
             "Role memcached-operator-system/memcached-operator-leader-election-role",
             "RoleBinding memcached-operator-system/memcached-operator-leader-election-rolebinding",
         ],

@@ -47,6 +47,7 @@ async fn the_binary_converges_a_sample_reports_faults_and_stops_on_sigterm() {
             "--namespace",
             &ns,
             &format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+            "--metrics-secure=false",
             &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
             "--log-format=json",
         ])
@@ -204,6 +205,7 @@ impl Operator {
                 "--namespace",
                 ns,
                 &format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+                "--metrics-secure=false",
                 &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
             ])
             .args(extra)
