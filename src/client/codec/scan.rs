@@ -143,7 +143,6 @@ pub(crate) fn scan_frame(input: &str) -> Scan<FrameFields> {
 }
 
 /// Checks that `input` is exactly one well-formed JSON value.
-#[cfg(any(test, feature = "protobuf"))]
 pub(crate) fn validate(input: &str) -> Scan<()> {
     let mut s = Scanner::new(input.as_bytes());
     s.skip_ws();
