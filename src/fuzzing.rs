@@ -59,7 +59,10 @@ pub fn kubeconfig_text(bytes: &[u8]) -> Option<String> {
 
 /// Reads an exec credential plugin's `stdout` as the client does for a plugin of
 /// `api_version`: the token's length and whether it expires, or why the output is refused.
-pub fn exec_credential(stdout: &[u8], api_version: &str) -> std::result::Result<(usize, bool), String> {
+pub fn exec_credential(
+    stdout: &[u8],
+    api_version: &str,
+) -> std::result::Result<(usize, bool), String> {
     crate::config::parse_credential(stdout, api_version)
         .map(|c| (c.token.expose().len(), c.expires.is_some()))
 }

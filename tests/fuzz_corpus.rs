@@ -83,7 +83,10 @@ fn every_target_has_a_binary_and_a_corpus() {
         names.sort();
         names
     };
-    let mut listed: Vec<String> = targets::TARGETS.iter().map(|(n, _)| n.to_string()).collect();
+    let mut listed: Vec<String> = targets::TARGETS
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
     listed.sort();
     assert_eq!(names("fuzz_targets", ".rs"), listed);
     assert_eq!(names("corpus", ""), listed);
