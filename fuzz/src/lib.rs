@@ -157,11 +157,13 @@ fn read<T: WatchObject>(
     for piece in body.chunks(chunk) {
         reader.push(bytes::Bytes::copy_from_slice(piece));
         while !stuck {
-            let before = reader.pending();
+            // Only protobuf framing can stick (and only its `pending` is cheap: JSON's
+            // counts every held byte).
+            let before = if protobuf { reader.pending() } else { 0 };
             let Some(event) = reader.next_event::<T>("fuzz") else {
                 break;
             };
-            stuck = event.is_err() && reader.pending() == before;
+            stuck = protobuf && event.is_err() && reader.pending() == before;
             events.push(event.map_err(|e| e.to_string()));
         }
     }
