@@ -18,7 +18,7 @@ export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
 .PHONY: all demo test test-unit test-cluster lint fmt cluster cluster-down cluster-status \
 	testenv bench bench-decode bench-queue bench-informer bench-runtime bench-operator protoschema \
-	manifests install uninstall run dist deploy undeploy
+	manifests install uninstall run dist deploy undeploy fuzz fuzz-smoke
 
 all: lint test-unit
 
@@ -27,14 +27,32 @@ all: lint test-unit
 demo: cluster
 	hack/demo.sh
 
-## test: lint, unit tests, then the cluster tests against a cluster this target starts and stops
-test: lint test-unit test-cluster
+## test: lint, unit tests (the fuzz corpus replay among them), a few seconds of each fuzz target
+## where nightly and cargo-fuzz are present, then the cluster tests against a cluster this
+## target starts and stops
+test: lint test-unit fuzz-smoke test-cluster
 
-## test-unit: the fast tier: unit, scripted and doc tests, and the orchestrator's Go tests; no cluster
+## test-unit: the fast tier: unit, scripted and doc tests (tests/fuzz_corpus.rs replays the fuzz
+## corpus on stable), and the orchestrator's Go tests; no cluster
 test-unit:
 	cargo test --workspace
 	cd testenv && go test -v ./...
 	cd tools/protoschema && go test -v ./...
+
+# Seconds each fuzz target runs for in `make fuzz`, and in `make test`'s short run.
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 5
+
+## fuzz: run every fuzz target (fuzz/) with cargo-fuzz on nightly for FUZZ_SECONDS each
+## (installs cargo-fuzz into target/tools if missing); ends with a table: target, runs,
+## seconds, crashes. A crash fails the target; see hack/fuzz.sh for making it a regression
+fuzz:
+	hack/fuzz.sh $(FUZZ_SECONDS) --install
+
+## fuzz-smoke: every fuzz target for FUZZ_SMOKE_SECONDS each, if nightly and cargo-fuzz are
+## present (else says so: the corpus replay in test-unit still ran); installs nothing
+fuzz-smoke:
+	hack/fuzz.sh $(FUZZ_SMOKE_SECONDS) --smoke
 
 ## test-cluster: the cluster tests (#[ignore = "needs cluster"]); starts a cluster if none runs
 ## and stops it afterwards, even when a test fails; a cluster that was already up is left up

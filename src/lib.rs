@@ -66,6 +66,8 @@
 
 pub mod client;
 pub mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod informers;
 pub mod runtime;
 

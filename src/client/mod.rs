@@ -121,8 +121,9 @@ pub use params::{
 pub use watch::WatchStream;
 
 use crate::config::{Config, Credentials};
-use codec::{Codec, Format, decode_json};
-use error::status_from_response;
+use codec::{Codec, decode_json};
+pub(crate) use codec::{Format, decode, validate_json};
+pub(crate) use error::status_from_response;
 use rate_limit::TokenBucket;
 
 /// The client-side rate limit: `qps` requests a second sustained, `burst` at once.

@@ -451,7 +451,7 @@ fn absolutize(dir: &Path, path: &mut Option<PathBuf>) {
 
 /// UTF-8 (with or without a byte-order mark) or UTF-16 with a byte-order mark, as kubectl
 /// accepts.
-fn decode_text(bytes: &[u8]) -> Option<String> {
+pub(crate) fn decode_text(bytes: &[u8]) -> Option<String> {
     let utf16 = |rest: &[u8], from: fn([u8; 2]) -> u16| -> Option<String> {
         let units: Vec<u16> = rest
             .chunks(2)

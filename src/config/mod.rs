@@ -71,6 +71,7 @@ pub use auth::{
     Auth, Credentials, ExecCluster, ExecConfig, InteractiveMode, Secret, TOKEN_FILE_REREAD,
 };
 pub use error::{Error, Result};
+pub(crate) use exec::parse_credential;
 pub use incluster::SERVICE_ACCOUNT_DIR;
 pub use kubeconfig::Kubeconfig;
 

@@ -790,7 +790,7 @@ async fn respond(routes: &Routes, request: Request<Incoming>) -> Response<Full<B
 
 /// Runs `handler` on a review in `body`: `200` and the answering review, or `400` and why
 /// the body is not a review.
-fn review(handler: &Handler, content_type: &str, body: &[u8]) -> (StatusCode, Bytes) {
+pub(crate) fn review(handler: &Handler, content_type: &str, body: &[u8]) -> (StatusCode, Bytes) {
     let bad = |message: String| (StatusCode::BAD_REQUEST, Bytes::from(message + "\n"));
     let media_type = content_type.split(';').next().unwrap_or("").trim();
     if !media_type.eq_ignore_ascii_case("application/json") {

@@ -49,6 +49,8 @@ pub use event::{
 pub use proto_json::ProtoKind;
 pub use raw::{MetaView, OwnerRefView, Raw};
 
+pub(crate) use scan::validate as validate_json;
+
 use super::error::{Error, Result, Status, snippet};
 
 /// The wire format of a list body or a watch: the one a request asks for, and the one that

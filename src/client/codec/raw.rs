@@ -30,7 +30,7 @@ use super::scan::{self, ObjectFields, StrSpan};
 /// controller decodes the few objects it actually reconciles, with [`decode`](Self::decode).
 ///
 /// What is checked on arrival: the JSON is well-formed (strictly, as `serde_json` parses it)
-/// and `metadata.name`, `namespace`, `resourceVersion` and `uid` are strings where present.
+/// and `metadata.name`, `namespace`, `resourceVersion` and `uid` are strings (or `null`) where present.
 /// What is not: the rest of `K`'s schema, which [`decode`](Self::decode) checks.
 ///
 /// `Raw<K>` is a [`k8s_openapi::Resource`] when `K` is, so [`Api`](crate::client::Api) and the

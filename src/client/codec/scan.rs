@@ -7,7 +7,10 @@
 //! than [`MAX_DEPTH`] levels) except numbers too large for an `f64`, which the grammar allows
 //! and a typed decode reports. They record where `metadata.name`,
 //! `metadata.namespace`, `metadata.resourceVersion`, `metadata.uid` and `metadata.labels`
-//! lie. Nothing is allocated unless one of those strings carries an escape.
+//! lie, as `serde_json` reads them: keys with their escapes decoded, a later member replacing
+//! an earlier one of the same key, and a `null` key field absent (the fuzz target `json_scan`
+//! holds the scanner to this). Nothing is allocated unless one of those strings, or a key,
+//! carries an escape.
 //!
 //! # Implementation Details
 //!
@@ -130,10 +133,15 @@ pub(crate) fn scan_frame(input: &str) -> Scan<FrameFields> {
     let mut s = Scanner::new(input.as_bytes());
     let mut frame = FrameFields::default();
     s.skip_ws();
-    s.members(0, |s, key| {
+    s.members(0, |s, key, _| {
         match key {
             b"type" => frame.event_type = Some(s.string_value()?),
+            // A later member replaces an earlier one of the same key, as serde_json reads it.
             b"object" if s.peek() == Some(b'{') => frame.object = Some(s.object_fields()?),
+            b"object" => {
+                frame.object = None;
+                s.value(1)?;
+            }
             _ => s.value(1)?,
         }
         Ok(())
@@ -143,7 +151,6 @@ pub(crate) fn scan_frame(input: &str) -> Scan<FrameFields> {
 }
 
 /// Checks that `input` is exactly one well-formed JSON value.
-#[cfg(any(test, feature = "protobuf"))]
 pub(crate) fn validate(input: &str) -> Scan<()> {
     let mut s = Scanner::new(input.as_bytes());
     s.skip_ws();
@@ -158,27 +165,20 @@ pub(crate) fn lookup<'a>(map: &'a str, key: &str) -> Option<Cow<'a, str>> {
     let mut found = None;
     let mut s = Scanner::new(map.as_bytes());
     s.skip_ws();
-    let _ = s.members(0, |s, k| {
+    let _ = s.members(0, |s, k, _| {
         if s.peek() != Some(b'"') {
+            if k == key.as_bytes() {
+                found = None;
+            }
             return s.value(1);
         }
         let value = s.string_value()?;
-        if key_matches(k, key) {
+        if k == key.as_bytes() {
             found = Some(value.value(map));
         }
         Ok(())
     });
     found
-}
-
-/// Whether the raw (possibly escaped) key `raw` decodes to `key`.
-fn key_matches(raw: &[u8], key: &str) -> bool {
-    if raw.contains(&b'\\') {
-        // The scanner checked the escapes; the raw key is valid UTF-8 from valid input.
-        std::str::from_utf8(raw).is_ok_and(|raw| unescape(raw) == key)
-    } else {
-        raw == key.as_bytes()
-    }
 }
 
 struct Scanner<'a> {
@@ -329,21 +329,23 @@ impl<'a> Scanner<'a> {
 
     /// An object key and its colon, the cursor on the key's opening quote (after whitespace).
     #[inline(always)]
-    fn key(&mut self) -> Scan<&'a [u8]> {
+    fn key(&mut self) -> Scan<StrSpan> {
         if self.peek() != Some(b'"') {
             return self.err("expected a string key");
         }
         let key = self.string()?;
         self.expect(b':', "expected ':' after an object key")?;
-        Ok(&self.bytes[key.range])
+        Ok(key)
     }
 
-    /// Walks an object at the cursor, calling `member` with each key, the cursor placed
-    /// right after the key's colon; `member` must consume the value.
+    /// Walks an object at the cursor, calling `member` with each key (its escapes decoded,
+    /// so `"n\u0061me"` is `name`, as serde_json reads it) and the offset of the key's
+    /// opening quote, the cursor placed right after the key's colon; `member` must consume
+    /// the value.
     fn members(
         &mut self,
         depth: usize,
-        mut member: impl FnMut(&mut Self, &'a [u8]) -> Scan<()>,
+        mut member: impl FnMut(&mut Self, &[u8], usize) -> Scan<()>,
     ) -> Scan<()> {
         if depth >= MAX_DEPTH {
             return self.err("nesting too deep");
@@ -356,9 +358,18 @@ impl<'a> Scanner<'a> {
         }
         loop {
             self.skip_ws();
+            let start = self.pos;
             let key = self.key()?;
             self.skip_ws();
-            member(self, key)?;
+            if key.escaped {
+                // Rare: no server escapes a key. The scanner checked the escapes, and the
+                // input is a `str`, so the key is UTF-8.
+                let raw = std::str::from_utf8(&self.bytes[key.range]).unwrap_or_default();
+                member(self, unescape(raw).as_bytes(), start)?;
+            } else {
+                let bytes = self.bytes;
+                member(self, &bytes[key.range], start)?;
+            }
             self.skip_ws();
             match self.peek() {
                 Some(b',') => self.pos += 1,
@@ -370,6 +381,16 @@ impl<'a> Scanner<'a> {
                 None => return self.err("unexpected end of input in an object"),
             }
         }
+    }
+
+    /// A string value at the cursor, `None` for `null` (which a typed decode reads as an
+    /// absent field), or an error naming what was there instead.
+    fn optional_string(&mut self) -> Scan<Option<StrSpan>> {
+        if self.peek() == Some(b'n') {
+            self.literal(b"null")?;
+            return Ok(None);
+        }
+        self.string_value().map(Some)
     }
 
     /// A string value at the cursor, or an error naming what was there instead.
@@ -544,30 +565,37 @@ impl<'a> Scanner<'a> {
     }
 
     /// Scans an object at the cursor, picking out its metadata's key fields.
+    ///
+    /// The fields are those `serde_json` (and so a typed decode) reads: a key field that is
+    /// `null` is absent, and a later member replaces an earlier one of the same key, so a
+    /// second `metadata` (or `labels`) drops what the first one held.
     fn object_fields(&mut self) -> Scan<ObjectFields> {
         let start = self.pos;
         let mut fields = ObjectFields::default();
-        self.members(1, |s, key| {
-            if key != b"metadata" || s.peek() != Some(b'{') {
+        self.members(1, |s, key, _| {
+            if key != b"metadata" {
+                return s.value(2);
+            }
+            fields = ObjectFields::default();
+            if s.peek() != Some(b'{') {
                 return s.value(2);
             }
             let metadata = s.pos;
-            s.members(2, |s, key| {
+            s.members(2, |s, key, key_start| {
                 match key {
-                    b"name" => fields.name = Some(s.string_value()?),
-                    b"namespace" => fields.namespace = Some(s.string_value()?),
-                    b"resourceVersion" => fields.resource_version = Some(s.string_value()?),
-                    b"uid" => fields.uid = Some(s.string_value()?),
+                    b"name" => fields.name = s.optional_string()?,
+                    b"namespace" => fields.namespace = s.optional_string()?,
+                    b"resourceVersion" => fields.resource_version = s.optional_string()?,
+                    b"uid" => fields.uid = s.optional_string()?,
                     b"managedFields" => {
-                        // The key's slice starts just after its opening quote.
-                        let start = key.as_ptr() as usize - s.bytes.as_ptr() as usize - 1;
                         s.value(3)?;
-                        fields.managed_fields = Some(start..s.pos);
+                        fields.managed_fields = Some(key_start..s.pos);
                     }
-                    b"labels" if s.peek() == Some(b'{') => {
+                    b"labels" => {
                         let labels = s.pos;
+                        let object = s.peek() == Some(b'{');
                         s.value(3)?;
-                        fields.labels = Some(labels..s.pos);
+                        fields.labels = object.then_some(labels..s.pos);
                     }
                     _ => s.value(3)?,
                 }
@@ -748,6 +776,55 @@ mod tests {
         assert_eq!(err.reason, "expected a string");
         let err = scan_object(r#"{"metadata":{"name":[}}"#).unwrap_err();
         assert_eq!(err.reason, "expected a JSON value");
+    }
+
+    #[test]
+    fn escaped_keys_are_read_as_their_decoded_text() {
+        let input = r#"{"metad\u0061ta":{"n\u0061me":"web","labels":{"\u0061pp":"x"}}}"#;
+        let o = scan_object(input).unwrap();
+        assert_eq!(o.name.unwrap().value(input), "web");
+        assert_eq!(
+            lookup(&input[o.labels.unwrap()], "app").as_deref(),
+            Some("x")
+        );
+        let frame = r#"{"typ\u0065":"ADDED","\u006fbject":{"metadata":{"uid":"u"}}}"#;
+        let f = scan_frame(frame).unwrap();
+        assert_eq!(f.event_type.unwrap().value(frame), "ADDED");
+        assert_eq!(f.object.unwrap().uid.unwrap().value(frame), "u");
+    }
+
+    #[test]
+    fn a_later_member_replaces_an_earlier_one_as_in_serde_json() {
+        let input = r#"{"metadata":{"name":"a","labels":{"k":"v"}},"metadata":{"uid":"u"}}"#;
+        let o = scan_object(input).unwrap();
+        assert_eq!((o.name, o.labels), (None, None));
+        assert_eq!(o.uid.unwrap().value(input), "u");
+        let o = scan_object(r#"{"metadata":{"name":"a"},"metadata":5}"#).unwrap();
+        assert_eq!((o.name, o.metadata), (None, None));
+        let o = scan_object(r#"{"metadata":{"labels":{"k":"v"},"labels":null}}"#).unwrap();
+        assert_eq!(o.labels, None);
+        let f = scan_frame(r#"{"type":"ADDED","object":{"metadata":{}},"object":5}"#).unwrap();
+        assert_eq!(f.object, None);
+        assert_eq!(lookup(r#"{"k":"v","k":5}"#, "k"), None);
+        assert_eq!(lookup(r#"{"k":"v","k":"w"}"#, "k").as_deref(), Some("w"));
+    }
+
+    #[test]
+    fn a_null_key_field_is_absent() {
+        let input =
+            r#"{"metadata":{"name":null,"namespace":null,"uid":"u","resourceVersion":null}}"#;
+        let o = scan_object(input).unwrap();
+        assert_eq!(
+            (o.name, o.namespace, o.resource_version),
+            (None, None, None)
+        );
+        assert_eq!(o.uid.unwrap().value(input), "u");
+        assert_eq!(
+            scan_object(r#"{"metadata":{"name":nul}}"#)
+                .unwrap_err()
+                .reason,
+            "invalid literal"
+        );
     }
 
     /// Whether the string scan must stop at `b`.
