@@ -1,0 +1,141 @@
+//! A slow and overloaded server, scripted: an informer whose LIST meets a burst of 429s and
+//! 503s, some with `Retry-After`, some without, waits as it is asked (the client's retry) or
+//! backs off (the reflector's), syncs once the server answers, and never sends more than one
+//! request per answer: no amplification.
+//!
+//! Real time on loopback (the scripted server runs on threads), so the test asserts counts
+//! (requests per one-second window, requests per response), never how long anything took.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use controller_runtime::client::{ClientOptions, RequestObserver};
+use controller_runtime::config::{Auth, Secret};
+use controller_runtime::informers::InformerFactory;
+use http::Method;
+use k8s_openapi::api::core::v1::ConfigMap;
+use parking_lot::Mutex;
+use support::scripted::{Scripted, http_client};
+
+/// When each attempt the client made was answered, and with what.
+#[derive(Debug, Default)]
+struct Attempts(Mutex<Vec<(Instant, Option<u16>)>>);
+
+impl RequestObserver for Attempts {
+    fn observe(&self, _: &Method, _: &str, code: Option<u16>, _: Duration) {
+        self.0.lock().push((Instant::now(), code));
+    }
+}
+
+impl Attempts {
+    /// The most attempts answered within any one second.
+    fn most_in_one_second(&self) -> usize {
+        let times: Vec<Instant> = self.0.lock().iter().map(|(t, _)| *t).collect();
+        (0..times.len())
+            .map(|i| {
+                times[i..]
+                    .iter()
+                    .take_while(|t| t.duration_since(times[i]) < Duration::from_secs(1))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn empty_response(code: u16, reason: &str, retry_after: Option<u32>) -> Vec<u8> {
+    let retry = retry_after.map_or(String::new(), |s| format!("retry-after: {s}\r\n"));
+    format!("HTTP/1.1 {code} {reason}\r\n{retry}content-length: 0\r\n\r\n").into_bytes()
+}
+
+fn json_response(body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// A watch that stays open with nothing to say.
+fn quiet_watch() -> Vec<u8> {
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+        .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_informer_under_429s_and_503s_honours_retry_after_backs_off_and_never_amplifies() {
+    const CM: &str = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}"#;
+    let list = format!(
+        r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"9"}},"items":[{CM}]}}"#
+    );
+    let throttled = || empty_response(429, "Too Many Requests", Some(1));
+    let mut script = vec![throttled(), throttled(), throttled(), throttled()];
+    // 503 with Retry-After: the client waits and resends; without: the reflector backs off.
+    script.push(empty_response(503, "Service Unavailable", Some(1)));
+    script.push(empty_response(503, "Service Unavailable", None));
+    let overloaded = script.len();
+    script.push(json_response(&list));
+    script.push(quiet_watch());
+    let server = Scripted::start(script);
+
+    let attempts = Arc::new(Attempts::default());
+    let options = ClientOptions {
+        // No client-side limit: what spaces the retries out must be the server's word.
+        rate_limit: None,
+        observer: Some(attempts.clone()),
+        ..ClientOptions::default()
+    };
+    let client = http_client(server.addr, Auth::Bearer(Secret::new("t0ken")), options);
+    let factory = InformerFactory::new(client)
+        .namespace("ns")
+        .watch_list(false);
+    let informer = factory.informer::<ConfigMap>();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    factory.start(async {
+        let _ = stopped.await;
+    });
+    assert!(factory.wait_for_cache_sync().await);
+    assert_eq!(informer.get_indexer().len(), 1);
+
+    // One LIST per scripted answer, then the watch: no request was sent twice at once.
+    support::wait_until("the watch is sent", support::CONVERGE, async || {
+        let n = server.requests().len();
+        (n == overloaded + 2)
+            .then_some(())
+            .ok_or(format!("{n} requests"))
+    })
+    .await;
+    let requests = server.requests();
+    let lines: Vec<&str> = requests
+        .iter()
+        .map(|r| r.lines().next().unwrap_or(""))
+        .collect();
+    for line in &lines[..=overloaded] {
+        assert!(
+            line.starts_with("GET /api/v1/namespaces/ns/configmaps?") && !line.contains("watch="),
+            "{line}"
+        );
+    }
+    assert!(lines[overloaded + 1].contains("watch="), "{lines:?}");
+
+    // Spaced out as asked: a Retry-After of one second allows about one attempt a second; the
+    // reflector's first backoff (0.8 s, jittered) another.
+    let codes: Vec<Option<u16>> = attempts.0.lock().iter().map(|(_, c)| *c).collect();
+    assert_eq!(
+        &codes[..overloaded],
+        &[
+            Some(429),
+            Some(429),
+            Some(429),
+            Some(429),
+            Some(503),
+            Some(503)
+        ]
+    );
+    let most = attempts.most_in_one_second();
+    println!("most attempts in one second during the 429/503 burst: {most}");
+    assert!(most <= 2, "{most} attempts within one second: {codes:?}");
+    let _ = stop.send(());
+}
