@@ -16,7 +16,7 @@ TESTENV_SRC := testenv/go.mod testenv/go.sum testenv/build.sh $(shell find teste
 export TESTENV_KUBECONFIG := $(KUBECONFIG_TESTENV)
 export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
-.PHONY: all demo test test-unit test-cluster lint fmt cluster cluster-down cluster-status \
+.PHONY: all demo test test-unit test-cluster soak lint fmt cluster cluster-down cluster-status \
 	testenv bench bench-decode bench-queue bench-informer bench-runtime bench-operator protoschema \
 	manifests install uninstall run dist deploy undeploy fuzz fuzz-smoke
 
@@ -63,6 +63,20 @@ test-cluster: testenv
 	  $(TESTENV) up --dir $(TESTENV_DIR); started=1; \
 	fi; \
 	rc=0; cargo test --workspace --tests -- --ignored --test-threads=4 || rc=$$?; \
+	if [ $$started = 1 ]; then $(TESTENV) down --dir $(TESTENV_DIR) || rc=1; fi; \
+	exit $$rc
+
+## soak: the operator and an informer through the fault proxy (cmd/memcached-operator/tests/
+## faults.rs) for SOAK_SECONDS (default 300) at heavy fault rates, printing the faults survived
+## per kind; FAULT_SEED=<n> replays a run. Starts a cluster if none runs, as test-cluster does
+soak: testenv
+	@if $(TESTENV) status --dir $(TESTENV_DIR) >/dev/null 2>&1; then \
+	  echo "soak: using the running cluster"; started=0; \
+	else \
+	  $(TESTENV) up --dir $(TESTENV_DIR); started=1; \
+	fi; \
+	rc=0; SOAK_SECONDS=$${SOAK_SECONDS:-300} cargo test -p memcached-operator --test faults -- \
+	  --ignored --exact --nocapture soak_the_operator_and_an_informer_under_heavy_faults || rc=$$?; \
 	if [ $$started = 1 ]; then $(TESTENV) down --dir $(TESTENV_DIR) || rc=1; fi; \
 	exit $$rc
 
