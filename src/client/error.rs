@@ -19,7 +19,10 @@ pub enum Error {
     Api(Box<Status>),
 
     /// The request never got an answer: connection refused, TLS handshake failure, reset.
-    #[error("request to {url} failed: {source}")]
+    /// The message names the cause found among the source's causes (nothing listening, a
+    /// server certificate the configured CA did not sign, a client certificate the server
+    /// refused) and what to fix.
+    #[error("request to {url} failed: {}", describe_transport(.url, .source.as_ref()))]
     Transport {
         /// The URL the request went to.
         url: String,
@@ -101,9 +104,116 @@ pub enum Error {
 fn describe_status(s: &Status) -> String {
     let code = s.code.unwrap_or_default();
     let reason = s.reason.as_deref().unwrap_or("Unknown");
-    match s.message.as_deref() {
+    let text = match s.message.as_deref().map(str::trim) {
         Some(msg) if !msg.is_empty() => format!("{code} {reason}: {msg}"),
         _ => format!("{code} {reason}"),
+    };
+    match status_hint(s) {
+        Some(hint) => format!("{text}; {hint}"),
+        None => text,
+    }
+}
+
+/// What to do about the answers whose server message names the cause but not the fix: a
+/// 401, an RBAC 403 (the server names the user, verb and resource) and a 404 for a resource
+/// the server does not serve at all (not one missing object).
+fn status_hint(s: &Status) -> Option<&'static str> {
+    let message = s.message.as_deref().unwrap_or_default().trim();
+    match s.code? {
+        401 => Some(
+            "the server did not accept the credentials: renew the client certificate or token \
+             (an expired one is refused)",
+        ),
+        403 if message.contains("is forbidden: User \"") => {
+            Some("RBAC allows the user no such request: bind a Role or ClusterRole that grants it")
+        }
+        // The second is the API server's plain-text answer for a group it does not serve.
+        404 if message == "the server could not find the requested resource"
+            || message == "404 page not found" =>
+        {
+            Some(
+                "the server does not serve this resource: for a custom resource, install its \
+             CustomResourceDefinition",
+            )
+        }
+        _ => None,
+    }
+}
+
+/// The cause of a transport failure, and its fix where one is known: found by walking the
+/// causes (hyper's own message, "client error (Connect)", names none); otherwise every
+/// cause's message, joined.
+fn describe_transport(url: &str, source: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = Some(source);
+    while let Some(e) = cause {
+        let io = e.downcast_ref::<std::io::Error>();
+        if io.is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused) {
+            let at = url
+                .parse::<http::Uri>()
+                .ok()
+                .and_then(|u| u.authority().map(ToString::to_string))
+                .unwrap_or_else(|| url.to_owned());
+            return format!(
+                "connection refused: nothing listens at {at}; check that the API server is \
+                 running and that the configuration's server address is right"
+            );
+        }
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return describe_tls(tls);
+        }
+        // An io::Error's `source` skips the error it wraps (which may be another io::Error
+        // around rustls's), so go inside it instead.
+        cause = match io.and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    let mut text = source.to_string();
+    let mut cause = source.source();
+    while let Some(e) = cause {
+        let more = e.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = e.source();
+    }
+    text
+}
+
+/// A TLS failure in the words of the configuration that can fix it.
+fn describe_tls(e: &rustls::Error) -> String {
+    use rustls::{AlertDescription as Alert, CertificateError as Cert};
+    match e {
+        rustls::Error::InvalidCertificate(Cert::UnknownIssuer) => {
+            "the server's certificate is not signed by the kubeconfig's certificate-authority: \
+             set certificate-authority(-data) to the CA that issued the API server's certificate"
+                .to_owned()
+        }
+        rustls::Error::InvalidCertificate(Cert::Expired | Cert::ExpiredContext { .. }) => {
+            format!(
+                "the server's certificate has expired ({e}): renew the API server's certificate"
+            )
+        }
+        rustls::Error::InvalidCertificate(
+            Cert::NotValidForName | Cert::NotValidForNameContext { .. },
+        ) => format!(
+            "the server's certificate does not name the address in the configuration ({e}): \
+             use a name the certificate holds, or set tls-server-name"
+        ),
+        rustls::Error::InvalidCertificate(_) => format!("the server's certificate is refused: {e}"),
+        rustls::Error::AlertReceived(
+            alert @ (Alert::CertificateExpired
+            | Alert::BadCertificate
+            | Alert::CertificateUnknown
+            | Alert::CertificateRevoked
+            | Alert::UnknownCA
+            | Alert::CertificateRequired
+            | Alert::AccessDenied),
+        ) => format!(
+            "the server refused the client certificate ({alert:?}): renew the user's \
+             client-certificate in the kubeconfig"
+        ),
+        other => format!("TLS: {other}"),
     }
 }
 
@@ -283,6 +393,89 @@ mod tests {
         assert!(err.is_resource_version_too_large());
         assert!(err.is_server_timeout());
         assert!(!err.is_gone());
+    }
+
+    #[test]
+    fn rbac_refusals_unknown_resources_and_refused_credentials_say_what_to_do() {
+        let status = |code: u16, body: &[u8]| {
+            Error::Api(Box::new(status_from_response(code, Format::Json, body)))
+        };
+        let forbidden = status(403, br#"{"kind":"Status","status":"Failure","message":"pods is forbidden: User \"system:serviceaccount:a:b\" cannot list resource \"pods\" in API group \"\" in the namespace \"a\"","reason":"Forbidden","code":403}"#);
+        assert!(forbidden.to_string().ends_with(
+            "in the namespace \"a\"; RBAC allows the user no such request: bind a Role or ClusterRole that grants it"
+        ), "{forbidden}");
+        let denied = status(403, br#"{"kind":"Status","status":"Failure","message":"admission webhook \"v\" denied the request: no","reason":"Forbidden","code":403}"#);
+        assert!(!denied.to_string().contains("RBAC"), "{denied}");
+        let no_resource = status(404, br#"{"kind":"Status","status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#);
+        assert!(
+            no_resource
+                .to_string()
+                .contains("install its CustomResourceDefinition"),
+            "{no_resource}"
+        );
+        let no_group = status(404, b"404 page not found\n");
+        assert_eq!(
+            no_group.to_string(),
+            "404 NotFound: 404 page not found; the server does not serve this resource: for a \
+             custom resource, install its CustomResourceDefinition"
+        );
+        let no_object = status(404, br#"{"kind":"Status","status":"Failure","message":"pods \"x\" not found","reason":"NotFound","code":404}"#);
+        assert_eq!(no_object.to_string(), "404 NotFound: pods \"x\" not found");
+        let unauthorized = status(401, br#"{"kind":"Status","status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#);
+        assert!(
+            unauthorized.to_string().starts_with(
+                "401 Unauthorized: Unauthorized; the server did not accept the credentials"
+            ),
+            "{unauthorized}"
+        );
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("client error (Connect)")]
+    struct Opaque(#[source] std::io::Error);
+
+    fn transport(cause: std::io::Error) -> String {
+        Error::Transport {
+            url: "https://127.0.0.1:1/api/v1/pods".to_owned(),
+            source: Box::new(Opaque(cause)),
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn a_refused_connection_names_the_address_tried() {
+        let refused = transport(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(
+            refused.starts_with("request to https://127.0.0.1:1/api/v1/pods failed: connection refused: nothing listens at 127.0.0.1:1;"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn tls_failures_name_the_certificate_at_fault() {
+        // As hyper-rustls hands it over: tokio-rustls's io::Error inside another.
+        let unknown = transport(std::io::Error::other(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        )));
+        assert!(
+            unknown.contains(
+                "the server's certificate is not signed by the kubeconfig's certificate-authority"
+            ),
+            "{unknown}"
+        );
+        let refused = transport(std::io::Error::other(rustls::Error::AlertReceived(
+            rustls::AlertDescription::CertificateExpired,
+        )));
+        assert!(
+            refused.contains("the server refused the client certificate (CertificateExpired)"),
+            "{refused}"
+        );
+        let other = transport(std::io::Error::other("reset by peer"));
+        assert!(
+            other.ends_with("failed: client error (Connect): reset by peer"),
+            "{other}"
+        );
     }
 
     #[test]

@@ -129,6 +129,72 @@ pub struct Identity {
     pub key: PrivateKeyDer<'static>,
 }
 
+impl Identity {
+    /// When the client certificate (the first of the chain) stops being valid: its
+    /// `notAfter`, read from the DER. `None` when there is no certificate or it cannot be
+    /// read. The API server refuses an expired client certificate with a bare 401, so a
+    /// caller that meets one can check this to say why.
+    pub fn not_after(&self) -> Option<std::time::SystemTime> {
+        x509_not_after(self.cert_chain.first()?.as_ref())
+    }
+}
+
+/// The `notAfter` of a DER certificate: `Certificate ::= SEQUENCE { tbsCertificate
+/// SEQUENCE { [0] version OPTIONAL, serialNumber, signature, issuer, validity SEQUENCE {
+/// notBefore, notAfter }, … } … }`, with UTCTime or GeneralizedTime in UTC.
+fn x509_not_after(der: &[u8]) -> Option<std::time::SystemTime> {
+    /// One DER element: its tag, its contents and what follows it.
+    fn element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+        let (&tag, rest) = der.split_first()?;
+        let (&first, rest) = rest.split_first()?;
+        let (len, rest) = if first < 0x80 {
+            (usize::from(first), rest)
+        } else {
+            let n = usize::from(first & 0x7f);
+            if n == 0 || n > 4 || rest.len() < n {
+                return None;
+            }
+            let len = rest[..n]
+                .iter()
+                .fold(0usize, |l, &b| (l << 8) | usize::from(b));
+            (len, &rest[n..])
+        };
+        (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+    }
+    let (_, certificate, _) = element(der)?;
+    let (_, mut tbs, _) = element(certificate)?;
+    if tbs.first() == Some(&0xa0) {
+        tbs = element(tbs)?.2; // the version
+    }
+    for _ in 0..3 {
+        tbs = element(tbs)?.2; // serialNumber, signature, issuer
+    }
+    let (_, validity, _) = element(tbs)?;
+    let (_, _, after) = element(validity)?;
+    let (tag, time, _) = element(after)?;
+    let time = std::str::from_utf8(time).ok()?.strip_suffix('Z')?;
+    let (year, rest) = match tag {
+        0x17 => {
+            let yy: i64 = time.get(..2)?.parse().ok()?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, time.get(2..)?)
+        }
+        0x18 => (time.get(..4)?.parse().ok()?, time.get(4..)?),
+        _ => return None,
+    };
+    let field = |i: usize| -> Option<i64> { rest.get(i..i + 2)?.parse().ok() };
+    let (month, day) = (field(0)?, field(2)?);
+    let seconds = field(4)? * 3600 + field(6)? * 60 + field(8)?;
+    // Days from 1970-01-01 to the civil date (Howard Hinnant's `days_from_civil`).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let since_epoch = u64::try_from(days * 86_400 + seconds).ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(since_epoch))
+}
+
 impl Clone for Identity {
     fn clone(&self) -> Identity {
         Identity {
@@ -281,6 +347,50 @@ fn infer_with(env: &Environment) -> Result<Config> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client certificate valid from 2020-01-01 to 2020-01-02 (UTCTime).
+    const EXPIRED_CLIENT_CERT: &str = "\
+-----BEGIN CERTIFICATE-----
+MIIBuTCCAV+gAwIBAgIBATAKBggqhkjOPQQDAjAnMRAwDgYDVQQKEwd0ZXN0ZW52
+MRMwEQYDVQQDEwp0ZXN0ZW52LWNhMB4XDTIwMDEwMTAwMDAwMFoXDTIwMDEwMjAw
+MDAwMFowMTEXMBUGA1UECgwOc3lzdGVtOm1hc3RlcnMxFjAUBgNVBAMMDWV4cGly
+ZWQtYWRtaW4wWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAAQOZjDtFRL6ha6aIfdS
+/g561n89NFmVDr7aDwqja9MeaSaghNVulO4JqnjLaUmFsPM3hO6m2dgolFmR3wWA
+04mUo3IwcDATBgNVHSUEDDAKBggrBgEFBQcDAjAOBgNVHQ8BAf8EBAMCB4AwCQYD
+VR0TBAIwADAdBgNVHQ4EFgQUJOU1IWB+QPxBHIg6UwklZQnvWwIwHwYDVR0jBBgw
+FoAU18O7S+lVJ65tzpOD8zzNaxux5FEwCgYIKoZIzj0EAwIDSAAwRQIgHYgzAemY
+GOzdkIjCGAkthW0jiRMWqfVFPS3QxYpPZ5QCIQD379DCDffijO4wooToyxHLap5l
+gU4foRyx5mnuOOcpyA==
+-----END CERTIFICATE-----";
+
+    fn identity(pem: &str) -> Identity {
+        use rustls_pki_types::pem::PemObject;
+        Identity {
+            cert_chain: vec![CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()],
+            key: PrivateKeyDer::from_pem_slice(include_bytes!("../../testdata/tls/server-key.pem"))
+                .unwrap(),
+        }
+    }
+
+    #[test]
+    fn not_after_reads_utc_and_generalized_times() {
+        let expired = identity(EXPIRED_CLIENT_CERT).not_after().unwrap();
+        assert_eq!(
+            expired
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+            1_577_923_200 // 2020-01-02T00:00:00Z
+        );
+        let far = identity(include_str!("../../testdata/tls/server.pem"))
+            .not_after()
+            .unwrap();
+        assert_eq!(
+            far.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(),
+            4_949_022_176 // 2126-10-30T08:22:56Z
+        );
+        assert_eq!(x509_not_after(b"\x30\x03\x02\x01"), None);
+    }
 
     /// A scratch directory, removed on drop.
     struct Scratch(PathBuf);

@@ -2,16 +2,20 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use clap::Parser;
-use controller_runtime::client::RateLimit;
+use controller_runtime::client::{Api, Client, ListParams, RateLimit};
 use controller_runtime::config::{Config, KubeconfigOptions};
 use controller_runtime::runtime::leader_election::LeaderElectionConfig;
 use controller_runtime::runtime::server::{SecureMetricsOptions, parse_bind_address};
 use controller_runtime::runtime::webhook::WebhookOptions;
 use controller_runtime::runtime::{CacheOptions, Manager, ManagerOptions};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use memcached_operator::api::Memcached;
 use tracing_subscriber::filter::{LevelFilter, Targets};
 
 /// Keeps a Deployment of memcached Pods scaled to each Memcached resource's spec.size.
@@ -134,14 +138,50 @@ fn bind_address(s: &str) -> Result<BindAddress, String> {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     let flags = Flags::parse();
     if let Some(Command::Crd) = flags.command {
         print!("{}", memcached_operator::crd_yaml());
-        return Ok(());
+        return ExitCode::SUCCESS;
     }
-    init_logging(&flags.log_level, &flags.log_format)?;
+    if let Err(e) = init_logging(&flags.log_level, &flags.log_format) {
+        eprintln!("Error: {}", one_line(&e));
+        return ExitCode::FAILURE;
+    }
+    match run(flags).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
 
+/// An error and its causes as one line, for the log: each cause is added unless the text
+/// has it already, and the causes under the library's own errors are left out, since their
+/// messages name the cause and the fix themselves.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        if cause.is::<controller_runtime::client::Error>()
+            || cause.is::<controller_runtime::config::Error>()
+        {
+            break;
+        }
+    }
+    line
+}
+
+/// Loads the configuration, checks it reaches the cluster, and runs the manager until a
+/// signal stops it.
+async fn run(flags: Flags) -> anyhow::Result<()> {
     let config = match &flags.kubeconfig {
         Some(path) => Config::from_kubeconfig(&KubeconfigOptions {
             path: Some(path.clone()),
@@ -170,8 +210,19 @@ async fn main() -> anyhow::Result<()> {
         ..ManagerOptions::default()
     };
     options.client.rate_limit = rate_limit(flags.kube_api_qps, flags.kube_api_burst)?;
+    let client_cert_expired = config
+        .identity
+        .as_ref()
+        .and_then(|identity| identity.not_after())
+        .is_some_and(|t| t < SystemTime::now());
     tracing::info!(server = %config.cluster_url, source = %config.source, "starting the memcached operator");
     let manager = Manager::with_config(config, options).context("building the manager")?;
+    preflight(
+        &manager.client(),
+        flags.namespace.as_deref(),
+        client_cert_expired,
+    )
+    .await?;
     memcached_operator::setup(&manager, &flags.memcached_image)
         .context("setting up the memcached controller")?;
     if flags.enable_webhooks {
@@ -188,6 +239,77 @@ async fn main() -> anyhow::Result<()> {
     manager.start().await.context("running the manager")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Lists each kind the operator caches once, one object at most, before the manager starts:
+/// a configuration that cannot work (no server there, a wrong CA, refused credentials, no
+/// RBAC rights, the CRD not installed) then stops the operator at once with one line that
+/// says why, where the informers would retry in the background until the cache's sync
+/// timeout.
+///
+/// `client_cert_expired` says whether the configuration's client certificate is past its
+/// `notAfter`: the server answers such a certificate with a bare 401.
+async fn preflight(
+    client: &Client,
+    namespace: Option<&str>,
+    client_cert_expired: bool,
+) -> anyhow::Result<()> {
+    let one = ListParams {
+        limit: Some(1),
+        ..ListParams::default()
+    };
+    macro_rules! first_error {
+        ($kind:ty) => {
+            match namespace {
+                Some(ns) => Api::<$kind>::namespaced(client.clone(), ns),
+                None => Api::<$kind>::all(client.clone()),
+            }
+            .list(&one)
+            .await
+            .err()
+        };
+    }
+    if let Some(e) = first_error!(Memcached) {
+        return Err(explain(
+            e,
+            "memcacheds.cache.example.com",
+            client_cert_expired,
+        ));
+    }
+    if let Some(e) = first_error!(Deployment) {
+        return Err(explain(e, "deployments.apps", client_cert_expired));
+    }
+    if let Some(e) = first_error!(Pod) {
+        return Err(explain(e, "pods", client_cert_expired));
+    }
+    Ok(())
+}
+
+/// The preflight's failure to list `resource` as one line: the client's message, which
+/// names the cause, with this operator's own fix where there is one.
+fn explain(
+    e: controller_runtime::client::Error,
+    resource: &str,
+    client_cert_expired: bool,
+) -> anyhow::Error {
+    match e.code() {
+        Some(404) if resource.starts_with("memcacheds.") && e.reason() == Some("NotFound") => {
+            anyhow::anyhow!(
+                "the Memcached CRD is not installed (the server does not serve \
+                 {resource}/v1alpha1): install it with `kubectl apply -k config/crd`"
+            )
+        }
+        Some(401) if client_cert_expired => anyhow::anyhow!(
+            "401 Unauthorized: the kubeconfig's client certificate has expired: issue a new \
+             one from the cluster's client CA and set the user's client-certificate(-data) \
+             and client-key(-data) to it"
+        ),
+        Some(403) => anyhow::anyhow!(
+            "{e}; for this operator, bind the ClusterRole in config/rbac/role.yaml \
+             (`kubectl apply -k config/rbac` does, for its ServiceAccount)"
+        ),
+        _ => anyhow::Error::new(e).context(format!("listing {resource}")),
+    }
 }
 
 /// The client's rate limit for `--kube-api-qps` and `--kube-api-burst`: none for a QPS of 0
