@@ -108,6 +108,25 @@ impl Kubectl {
     pub fn json(&self, args: &[&str]) -> serde_json::Value {
         self.try_json(args).unwrap_or_else(|e| panic!("{e}"))
     }
+
+    /// `path` (a kubectl JSONPath) of object `what` in namespace `ns`; empty when kubectl
+    /// fails (e.g. the object does not exist yet), for polling.
+    pub fn jsonpath(&self, ns: &str, what: &str, path: &str) -> String {
+        self.try_run(
+            &["-n", ns, "get", what, "-o", &format!("jsonpath={path}")],
+            None,
+        )
+        .unwrap_or_default()
+    }
+}
+
+/// Asks the OS for a free loopback port (bound, then released for a process to take).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A name no other test or earlier run uses: `prefix-<pid>-<n>`.
@@ -232,6 +251,18 @@ pub async fn wait_until<T>(
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
+}
+
+/// Waits until the plain-HTTP probe server on `addr` answers `/readyz` with 200.
+pub async fn wait_ready(addr: std::net::SocketAddr) {
+    wait_until("ready (/readyz)", CONVERGE, async || {
+        let (code, body) = match tokio::net::TcpStream::connect(addr).await {
+            Ok(_) => http_get(addr, "/readyz").await,
+            Err(e) => (0, e.to_string()),
+        };
+        (code == 200).then_some(()).ok_or(format!("{code} {body}"))
+    })
+    .await
 }
 
 /// GETs `path` from a plain-HTTP server on `addr` and returns the status code and body.

@@ -12,24 +12,6 @@ use std::time::Duration;
 use support::cluster::{self, create_namespace};
 use support::{CONVERGE, Kubectl, http_get, sample, wait_until};
 
-/// Asks the OS for a free loopback port (bound, then released for the operator to take).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn jsonpath(kubectl: &Kubectl, ns: &str, what: &str, path: &str) -> String {
-    kubectl
-        .try_run(
-            &["-n", ns, "get", what, "-o", &format!("jsonpath={path}")],
-            None,
-        )
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs cluster"]
 async fn the_binary_converges_a_sample_reports_faults_and_stops_on_sigterm() {
@@ -39,7 +21,7 @@ async fn the_binary_converges_a_sample_reports_faults_and_stops_on_sigterm() {
         .unwrap();
     let ns = create_namespace(&client, "mc-e2e").await;
     let kubectl = Kubectl::from_env();
-    let (metrics, probes) = (free_port(), free_port());
+    let (metrics, probes) = (support::free_port(), support::free_port());
     let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
         .arg("--kubeconfig")
         .arg(cluster::kubeconfig())
@@ -67,14 +49,7 @@ async fn the_binary_converges_a_sample_reports_faults_and_stops_on_sigterm() {
     });
 
     let probe_addr = format!("127.0.0.1:{probes}").parse().unwrap();
-    wait_until("the operator is ready", CONVERGE, async || {
-        let (code, body) = match tokio::net::TcpStream::connect(probe_addr).await {
-            Ok(_) => http_get(probe_addr, "/readyz").await,
-            Err(e) => (0, e.to_string()),
-        };
-        (code == 200).then_some(()).ok_or(format!("{code} {body}"))
-    })
-    .await;
+    support::wait_ready(probe_addr).await;
 
     // A sample applied with kubectl converges.
     kubectl.run(&[
@@ -89,19 +64,13 @@ async fn the_binary_converges_a_sample_reports_faults_and_stops_on_sigterm() {
     ]);
     let name = "memcached-sample";
     wait_until("the sample is available", CONVERGE, async || {
-        let available = jsonpath(
-            &kubectl,
+        let available = kubectl.jsonpath(
             &ns,
             &format!("memcached/{name}"),
             r#"{.status.conditions[?(@.type=="Available")].status}"#,
         );
-        let size = jsonpath(&kubectl, &ns, &format!("memcached/{name}"), "{.spec.size}");
-        let ready = jsonpath(
-            &kubectl,
-            &ns,
-            &format!("memcached/{name}"),
-            "{.status.readyReplicas}",
-        );
+        let size = kubectl.jsonpath(&ns, &format!("memcached/{name}"), "{.spec.size}");
+        let ready = kubectl.jsonpath(&ns, &format!("memcached/{name}"), "{.status.readyReplicas}");
         (available == "True" && !size.is_empty() && ready == size)
             .then_some(())
             .ok_or(format!(
@@ -118,12 +87,7 @@ async fn the_binary_converges_a_sample_reports_faults_and_stops_on_sigterm() {
     // A Deployment the operator may not write is Degraded: one of that name exists already,
     // controlled by something else (here the namespace's root-CA ConfigMap), so the API
     // server refuses a second controller reference.
-    let owner_uid = jsonpath(
-        &kubectl,
-        &ns,
-        "configmap/kube-root-ca.crt",
-        "{.metadata.uid}",
-    );
+    let owner_uid = kubectl.jsonpath(&ns, "configmap/kube-root-ca.crt", "{.metadata.uid}");
     kubectl.apply(&format!(
         r#"{{"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {{"name": "broken", "namespace": "{ns}",
@@ -137,9 +101,7 @@ async fn the_binary_converges_a_sample_reports_faults_and_stops_on_sigterm() {
         "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata:\n  name: broken\n  namespace: {ns}\nspec:\n  size: 1\n"
     ));
     wait_until("the broken one is degraded", CONVERGE, async || {
-        let degraded = jsonpath(
-            &kubectl,
-            &ns,
+        let degraded = kubectl.jsonpath(&ns,
             "memcached/broken",
             r#"{.status.conditions[?(@.type=="Degraded")].status}/{.status.conditions[?(@.type=="Degraded")].reason}"#,
         );
@@ -197,7 +159,7 @@ struct Operator {
 
 impl Operator {
     fn start(ns: &str, extra: &[&str]) -> Operator {
-        let (metrics, probes) = (free_port(), free_port());
+        let (metrics, probes) = (support::free_port(), support::free_port());
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
             .arg("--kubeconfig")
             .arg(cluster::kubeconfig())
@@ -263,7 +225,7 @@ async fn two_operators_elect_one_leader_and_the_other_takes_over_when_it_is_kill
         let (kubectl, ns) = (&kubectl, &ns);
         async move {
             wait_until(&format!("{n} pods ready"), CONVERGE, async || {
-                let got = jsonpath(kubectl, ns, "memcached/cache", "{.status.readyReplicas}");
+                let got = kubectl.jsonpath(ns, "memcached/cache", "{.status.readyReplicas}");
                 (got == n.to_string()).then_some(()).ok_or(got)
             })
             .await

@@ -24,7 +24,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use memcached_operator::api::{Memcached, MemcachedSpec, condition};
 use support::cluster::{self, create_namespace};
 use support::fault_proxy::{FaultCounts, FaultProxy, FaultRates, Rng};
-use support::{CONVERGE, http_get, wait_until};
+use support::{CONVERGE, wait_until};
 
 /// The operator's resident memory bound: generous, it catches a leak, not a regression.
 const RSS_LIMIT_KIB: u64 = 64 * 1024;
@@ -73,15 +73,6 @@ impl Summary {
             self.rss_end_kib as f64 / 1024.0
         );
     }
-}
-
-/// Asks the OS for a free loopback port (bound, then released for the operator to take).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `VmRSS` of process `pid`, in KiB.
@@ -160,14 +151,14 @@ async fn run(scenario: Scenario) {
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = proxy.kubeconfig_in(&dir);
     let log_path: PathBuf = dir.join("operator.log");
-    let probes = free_port();
+    let probes = support::free_port();
     let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args([
             "--namespace",
             &ns,
-            &format!("--metrics-bind-address=127.0.0.1:{}", free_port()),
+            &format!("--metrics-bind-address=127.0.0.1:{}", support::free_port()),
             &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
             "--log-format=json",
         ])
@@ -178,14 +169,7 @@ async fn run(scenario: Scenario) {
         .unwrap();
     let pid = operator.id().unwrap();
     let probe_addr = format!("127.0.0.1:{probes}").parse().unwrap();
-    wait_until("the operator is ready", CONVERGE, async || {
-        let (code, body) = match tokio::net::TcpStream::connect(probe_addr).await {
-            Ok(_) => http_get(probe_addr, "/readyz").await,
-            Err(e) => (0, e.to_string()),
-        };
-        (code == 200).then_some(()).ok_or(format!("{code} {body}"))
-    })
-    .await;
+    support::wait_ready(probe_addr).await;
 
     let through = Client::new(proxied, ClientOptions::default()).unwrap();
     let factory = InformerFactory::new(through).namespace(&ns);

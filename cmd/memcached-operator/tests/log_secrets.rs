@@ -16,25 +16,7 @@ use controller_runtime::client::{Client, ClientOptions};
 use controller_runtime::config::{Auth, Secret as Token};
 use serde_json::{Value, json};
 use support::cluster::{self, create_namespace};
-use support::{CONVERGE, Kubectl, http_get, unique, wait_until};
-
-/// Asks the OS for a free loopback port (bound, then released for the operator to take).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn jsonpath(kubectl: &Kubectl, ns: &str, what: &str, path: &str) -> String {
-    kubectl
-        .try_run(
-            &["-n", ns, "get", what, "-o", &format!("jsonpath={path}")],
-            None,
-        )
-        .unwrap_or_default()
-}
+use support::{CONVERGE, Kubectl, unique, wait_until};
 
 /// The 40-character runs of the base64 body of each PEM block in `pem`, and of `pem`'s own
 /// base64 (as a kubeconfig's `*-data` fields hold it).
@@ -64,7 +46,7 @@ async fn run_scenario(kubectl: &Kubectl, kubeconfig: &Path, scrape_tokens: &[&st
         .unwrap();
     let ns = create_namespace(&admin, "mc-log-secrets").await;
     let _guard = support::Namespace::guard(kubectl, ns.clone());
-    let (metrics, probes) = (free_port(), free_port());
+    let (metrics, probes) = (support::free_port(), support::free_port());
     let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
         .arg("--kubeconfig")
         .arg(kubeconfig)
@@ -96,14 +78,7 @@ async fn run_scenario(kubectl: &Kubectl, kubeconfig: &Path, scrape_tokens: &[&st
     let stderr = read_all(operator.stderr.take().map(|p| Box::new(p) as _));
 
     let probe_addr = format!("127.0.0.1:{probes}").parse().unwrap();
-    wait_until("the operator is ready", CONVERGE, async || {
-        let (code, body) = match tokio::net::TcpStream::connect(probe_addr).await {
-            Ok(_) => http_get(probe_addr, "/readyz").await,
-            Err(e) => (0, e.to_string()),
-        };
-        (code == 200).then_some(()).ok_or(format!("{code} {body}"))
-    })
-    .await;
+    support::wait_ready(probe_addr).await;
 
     // Scrapes over HTTPS, with each token and with none.
     for token in scrape_tokens.iter().map(Some).chain([None]) {
@@ -133,12 +108,7 @@ async fn run_scenario(kubectl: &Kubectl, kubeconfig: &Path, scrape_tokens: &[&st
     let replicas = async |want: &str| {
         let what = format!("the deployment has {want} replicas");
         wait_until(&what, CONVERGE, async || {
-            let got = jsonpath(
-                kubectl,
-                &ns,
-                &format!("deployment/{name}"),
-                "{.spec.replicas}",
-            );
+            let got = kubectl.jsonpath(&ns, &format!("deployment/{name}"), "{.spec.replicas}");
             (got == want).then_some(()).ok_or(got)
         })
         .await
