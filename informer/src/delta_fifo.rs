@@ -48,12 +48,13 @@ use std::fmt;
 use std::iter::Chain;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hashbrown::{HashMap, HashSet};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
+
+use crate::synced::SyncedLatch;
 
 use crate::object::{DeletedFinalStateUnknown, Key, Object, key_of, with_object_key};
 
@@ -530,11 +531,9 @@ struct Shared<K> {
     transformer: Option<Transformer<K>>,
     /// Wakes pops parked on an empty queue: when something is queued, and on close.
     item_added: Notify,
-    /// Wakes [`DeltaFifo::wait_synced`] once `synced` turns true.
-    synced_changed: Notify,
     /// `populated && initial_population_count == 0`, published after the item that got it
     /// there was processed. Never goes back to false.
-    synced: AtomicBool,
+    synced: SyncedLatch,
 }
 
 struct State<K> {
@@ -608,8 +607,7 @@ impl<K: Object> DeltaFifo<K> {
                 emit_delta_type_replaced,
                 transformer,
                 item_added: Notify::new(),
-                synced_changed: Notify::new(),
-                synced: AtomicBool::new(false),
+                synced: SyncedLatch::default(),
             }),
         }
     }
@@ -802,7 +800,7 @@ impl<K: Object> DeltaFifo<K> {
     /// populated by `add`, `update` or `delete` first). See the
     /// [type documentation](DeltaFifo). Lock-free.
     pub fn has_synced(&self) -> bool {
-        self.shared.synced.load(Ordering::Acquire)
+        self.shared.synced.is_set()
     }
 
     /// Resolves once [`has_synced`](Self::has_synced) is true; never, if it never is (for
@@ -812,14 +810,7 @@ impl<K: Object> DeltaFifo<K> {
     ///
     /// Cancel-safe.
     pub async fn wait_synced(&self) {
-        loop {
-            let mut notified = pin!(self.shared.synced_changed.notified());
-            notified.as_mut().enable();
-            if self.has_synced() {
-                return;
-            }
-            notified.await;
-        }
+        self.shared.synced.wait().await;
     }
 
     /// Closes the FIFO: parked and future pops return [`PopError::Closed`] once the queue is
@@ -1000,10 +991,7 @@ impl<K: Object> Shared<K> {
 impl<K> Shared<K> {
     /// Publishes `has_synced`, releases the lock, then wakes whoever needs it.
     fn release(&self, mut state: MutexGuard<'_, State<K>>) {
-        let became_synced = !self.synced.load(Ordering::Relaxed) && state.has_synced();
-        if became_synced {
-            self.synced.store(true, Ordering::Release);
-        }
+        let became_synced = self.synced.set_if(|| state.has_synced());
         let wake_pops = state.parked > 0 && !state.queue.is_empty();
         if wake_pops {
             state.woke_parked();
@@ -1013,7 +1001,7 @@ impl<K> Shared<K> {
             self.item_added.notify_waiters();
         }
         if became_synced {
-            self.synced_changed.notify_waiters();
+            self.synced.wake();
         }
     }
 }
@@ -1111,7 +1099,7 @@ mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::collections::BTreeMap;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A ConfigMap in namespace `ns` whose resourceVersion tells versions apart.
     fn cm(name: &str, rv: &str) -> ConfigMap {

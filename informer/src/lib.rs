@@ -186,6 +186,7 @@ mod real_fifo;
 mod reflector;
 mod shared_informer;
 mod store;
+mod synced;
 
 pub use backoff::{Backoff, BackoffOptions};
 pub use delta_fifo::{

@@ -19,10 +19,11 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
+
+use crate::synced::SyncedLatch;
 
 use crate::delta_fifo::{
     Delta, DeltaObject, DeltaType, KnownObjects, PopError, QueueSnapshot, QueuedDelta, Transformer,
@@ -87,11 +88,9 @@ struct Shared<K> {
     transformer: Option<Transformer<K>>,
     /// Wakes pops waiting on an empty queue: when something is queued, and on close.
     item_added: Notify,
-    /// Wakes [`RealFifo::wait_synced`] once `synced` turns true.
-    synced_changed: Notify,
     /// `populated && initial_population_count == 0`, published after the item that got it
     /// there was processed. Never goes back to false.
-    synced: AtomicBool,
+    synced: SyncedLatch,
 }
 
 struct State<K> {
@@ -134,8 +133,7 @@ impl<K: Object> RealFifo<K> {
                 known_objects,
                 transformer,
                 item_added: Notify::new(),
-                synced_changed: Notify::new(),
-                synced: AtomicBool::new(false),
+                synced: SyncedLatch::default(),
             }),
         }
     }
@@ -279,7 +277,7 @@ impl<K: Object> RealFifo<K> {
     /// Whether the first `replace` has been fully popped and processed (or an `add`, `update`
     /// or `delete` came first). Lock-free; never false again once true.
     pub fn has_synced(&self) -> bool {
-        self.shared.synced.load(Ordering::Acquire)
+        self.shared.synced.is_set()
     }
 
     /// Resolves once [`has_synced`](Self::has_synced) is true; never, if it never is.
@@ -288,14 +286,7 @@ impl<K: Object> RealFifo<K> {
     ///
     /// Cancel-safe.
     pub async fn wait_synced(&self) {
-        loop {
-            let mut notified = pin!(self.shared.synced_changed.notified());
-            notified.as_mut().enable();
-            if self.has_synced() {
-                return;
-            }
-            notified.await;
-        }
+        self.shared.synced.wait().await;
     }
 
     /// Closes the queue: waiting and future pops return [`PopError::Closed`] once it is
@@ -370,17 +361,14 @@ impl<K: Object> Shared<K> {
 
     /// Publishes `has_synced`, releases the lock, then wakes whoever needs it.
     fn release(&self, state: MutexGuard<'_, State<K>>) {
-        let became_synced = !self.synced.load(Ordering::Relaxed) && state.has_synced();
-        if became_synced {
-            self.synced.store(true, Ordering::Release);
-        }
+        let became_synced = self.synced.set_if(|| state.has_synced());
         let queued = !state.items.is_empty();
         drop(state);
         if queued {
             self.item_added.notify_waiters();
         }
         if became_synced {
-            self.synced_changed.notify_waiters();
+            self.synced.wake();
         }
     }
 }
@@ -417,7 +405,7 @@ impl<K: Object> ReflectorStore<K> for RealFifo<K> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
