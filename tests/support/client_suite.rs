@@ -198,11 +198,17 @@ pub async fn next_event<K: WatchObject>(
 }
 
 /// The collection's current resourceVersion, to watch from.
+///
+/// The list has no limit on purpose: the API server answers a limited list from etcd while a
+/// resource's watch cache is still starting (a CRD just installed), and a watch from that
+/// version can then be 410 Expired when the cache starts at a later one. An unlimited list
+/// waits (429, retried) for the cache, whose versions a watch can always resume from. The
+/// callers list a fresh namespace, so the whole list is small.
 pub async fn current_version<K>(api: &Api<K>) -> String
 where
     K: WatchObject + Serialize,
 {
-    api.list(&ListParams::default().limit(1))
+    api.list(&ListParams::default())
         .await
         .unwrap()
         .metadata
