@@ -62,7 +62,7 @@ test-cluster: testenv
 	else \
 	  $(TESTENV) up --dir $(TESTENV_DIR); started=1; \
 	fi; \
-	rc=0; cargo test --workspace --tests -- --ignored --test-threads=4 || rc=$$?; \
+	rc=0; cargo test --workspace --tests --no-fail-fast -- --ignored --test-threads=4 || rc=$$?; \
 	if [ $$started = 1 ]; then $(TESTENV) down --dir $(TESTENV_DIR) || rc=1; fi; \
 	exit $$rc
 
