@@ -1,5 +1,6 @@
 //! The cluster side of the cluster tests: finding testenv, clients on it, namespaces, events,
-//! compacting etcd, and a proxy that cuts a client's connection on demand.
+//! compacting etcd, restarting the API server, and a proxy that cuts a client's connection on
+//! demand.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -114,6 +115,23 @@ pub fn compact_etcd() {
     assert!(
         out.status.success(),
         "testenv compact: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Stops kube-apiserver and starts it again in place (`testenv restart-apiserver`): the same
+/// port, certificates and etcd. Returns once it is ready again.
+pub fn restart_apiserver() {
+    let dir = testenv_dir();
+    let out = std::process::Command::new(dir.join("bin/testenv"))
+        .args(["restart-apiserver", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "testenv restart-apiserver: {}{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
 }

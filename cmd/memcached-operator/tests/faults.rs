@@ -11,17 +11,20 @@
 #[path = "../../../tests/support/mod.rs"]
 mod support;
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::{rss_kib, settled, spec, versions};
 use controller_runtime::client::{
     Api, Client, ClientOptions, DeleteParams, ListParams, Patch, PatchParams, PostParams,
 };
 use controller_runtime::informers::InformerFactory;
 use k8s_openapi::api::apps::v1::Deployment;
-use memcached_operator::api::{Memcached, MemcachedSpec, condition};
+use memcached_operator::api::Memcached;
 use support::cluster::{self, create_namespace};
 use support::fault_proxy::{FaultCounts, FaultProxy, FaultRates, Rng};
 use support::{CONVERGE, wait_until};
@@ -73,69 +76,6 @@ impl Summary {
             self.rss_end_kib as f64 / 1024.0
         );
     }
-}
-
-/// `VmRSS` of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/<pid>/status")
-}
-
-fn spec(size: i32) -> MemcachedSpec {
-    MemcachedSpec {
-        size: Some(size),
-        container_port: 11211,
-        image: None,
-    }
-}
-
-/// Names and resourceVersions, the identity a cache must agree on with the server.
-fn versions<'a>(items: impl IntoIterator<Item = &'a Memcached>) -> BTreeMap<String, String> {
-    items
-        .into_iter()
-        .map(|m| {
-            (
-                m.metadata.name.clone().unwrap_or_default(),
-                m.metadata.resource_version.clone().unwrap_or_default(),
-            )
-        })
-        .collect()
-}
-
-/// Whether `mc` is settled: its Deployment has `spec.size` replicas and its status, written
-/// for its current generation, says Available.
-fn settled(mc: &Memcached, deployments: &BTreeMap<String, Deployment>) -> Result<(), String> {
-    let name = mc.metadata.name.clone().unwrap_or_default();
-    let size = mc.spec.size();
-    let replicas = deployments
-        .get(&name)
-        .and_then(|d| d.spec.as_ref())
-        .and_then(|s| s.replicas);
-    if replicas != Some(size) {
-        return Err(format!(
-            "{name}: deployment replicas {replicas:?}, size {size}"
-        ));
-    }
-    let status = mc.status.clone().unwrap_or_default();
-    if status.observed_generation != mc.metadata.generation {
-        return Err(format!(
-            "{name}: status for generation {:?}, at {:?}",
-            status.observed_generation, mc.metadata.generation
-        ));
-    }
-    let available = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::AVAILABLE)
-        .map(|c| c.status.clone());
-    if available.as_deref() != Some("True") {
-        return Err(format!("{name}: Available {available:?}"));
-    }
-    Ok(())
 }
 
 async fn run(scenario: Scenario) {

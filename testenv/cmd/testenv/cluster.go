@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -333,6 +334,55 @@ func runDown(args []string) error {
 			dir, strings.Join(left, "\n  "))
 	}
 	fmt.Println("testenv: cluster stopped; no process using", dir, "is left")
+	return nil
+}
+
+// runRestartAPIServer stops the recorded kube-apiserver by its pid and starts it again with
+// the same arguments: the same port, certificates and etcd, so clients keep their
+// kubeconfig and resume their watches, as they must through a control-plane upgrade.
+func runRestartAPIServer(args []string) error {
+	dir, err := dirFlags("restart-apiserver", args, nil)
+	if err != nil {
+		return err
+	}
+	st, err := loadState(dir)
+	if err != nil {
+		return fmt.Errorf("no cluster recorded in %s (start one with `make cluster`)", dir)
+	}
+	i := slices.IndexFunc(st.Procs, func(p proc) bool { return p.Name == "kube-apiserver" })
+	if i < 0 {
+		return errors.New("no kube-apiserver recorded in " + statePath(dir))
+	}
+	old := st.Procs[i]
+	if len(old.Args) == 0 {
+		return errors.New("kube-apiserver was started by a testenv that did not record its arguments; " +
+			"restart the cluster (make cluster-down cluster)")
+	}
+	begin := time.Now()
+	fmt.Printf("testenv: stopping kube-apiserver (pid %d)\n", old.Pid)
+	if err := old.stop(30 * time.Second); err != nil {
+		return err
+	}
+	fmt.Printf("testenv: starting %-24s %s\n", old.Name, old.Endpoint)
+	pr, err := start(old.Name, old.Exe, old.Args, filepath.Dir(old.Log))
+	if err != nil {
+		return err
+	}
+	pr.Endpoint = old.Endpoint
+	st.Procs[i] = pr
+	if err := st.save(dir); err != nil {
+		return err
+	}
+	admin, err := adminHTTP(pki{dir: filepath.Join(dir, "pki")})
+	if err != nil {
+		return err
+	}
+	if err := waitFor(pr, 3*time.Minute, func() error {
+		return expectBody(admin, st.APIServer+"/readyz", "ok")
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("testenv: kube-apiserver restarted in %.1fs (pid %d)\n", time.Since(begin).Seconds(), pr.Pid)
 	return nil
 }
 

@@ -8,6 +8,9 @@
 //	testenv down    --dir DIR   stop every process `up` started, by recorded pid
 //	testenv status  --dir DIR   report the running cluster; exit 1 if none is healthy
 //	testenv compact --dir DIR   compact etcd up to its current revision
+//	testenv restart-apiserver --dir DIR
+//	                            stop kube-apiserver and start it again in place: same
+//	                            port, certificates and etcd, as a control-plane upgrade does
 //	testenv etcd    ...         run the embedded etcd server (started by `up`)
 //
 // DIR (default target/testenv) holds bin/ (the binaries), pki/, the etcd data, logs/,
@@ -36,6 +39,8 @@ func main() {
 		err = runStatus(args)
 	case "compact":
 		err = runCompact(args)
+	case "restart-apiserver":
+		err = runRestartAPIServer(args)
 	case "etcd":
 		err = runEtcd(args)
 	default:
@@ -48,7 +53,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: testenv up|down|status|compact [--dir DIR]")
+	fmt.Fprintln(os.Stderr, "usage: testenv up|down|status|compact|restart-apiserver [--dir DIR]")
 	os.Exit(2)
 }
 

@@ -24,6 +24,9 @@ type proc struct {
 	// Exe is the binary the pid must be running; a pid whose /proc/PID/exe differs was
 	// reused by another program and is never signalled.
 	Exe string `json:"exe"`
+	// Args are the arguments it was started with, so `restart-apiserver` can start it again
+	// exactly so.
+	Args []string `json:"args"`
 	// Endpoint is where the component serves, for the status report.
 	Endpoint string `json:"endpoint"`
 	Log      string `json:"log"`
@@ -99,10 +102,11 @@ func freePorts(n int) ([]int, error) {
 }
 
 // start launches exe in its own session, so it outlives this command and ignores the
-// terminal's signals, with stdout and stderr appended to logDir/name.log.
+// terminal's signals, with stdout and stderr appended to logDir/name.log (a restarted
+// component's log goes on after its previous run's).
 func start(name, exe string, args []string, logDir string) (proc, error) {
 	logPath := filepath.Join(logDir, name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return proc{}, err
 	}
@@ -113,7 +117,7 @@ func start(name, exe string, args []string, logDir string) (proc, error) {
 	if err := cmd.Start(); err != nil {
 		return proc{}, fmt.Errorf("starting %s (%s): %w", name, exe, err)
 	}
-	p := proc{Name: name, Pid: cmd.Process.Pid, Exe: exe, Log: logPath}
+	p := proc{Name: name, Pid: cmd.Process.Pid, Exe: exe, Args: args, Log: logPath}
 	// Reap the child if it dies while this command still runs; after this command exits,
 	// init adopts it.
 	go func() { _ = cmd.Wait() }()

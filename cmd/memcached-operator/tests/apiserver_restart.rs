@@ -1,0 +1,282 @@
+//! kube-apiserver restarted in place (`testenv restart-apiserver`: the same port,
+//! certificates and etcd, as a control-plane upgrade does) under the operator binary and
+//! in-process informers. Their watches break, they wait out the refused connections and the
+//! new server's starting watch caches, and resume: each reflector lists at most twice more
+//! (the watch cache starts at etcd's newest revision, so resuming from an older version may
+//! take one relist; anything beyond would be a relist storm). Changes made after the restart
+//! converge, and the informer's cache equals a fresh LIST.
+//!
+//! The only test in its binary: the restart would break whatever else ran beside it.
+
+#[path = "../../../tests/support/mod.rs"]
+mod support;
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{settled, spec, versions};
+use controller_runtime::client::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use controller_runtime::informer::Trace;
+use controller_runtime::informers::InformerFactory;
+use k8s_openapi::api::apps::v1::Deployment;
+use memcached_operator::api::Memcached;
+use support::cluster::{self, create_namespace};
+use support::{CONVERGE, wait_until};
+
+/// The most lists one reflector may start because of one restart.
+const LISTS_PER_RESTART: usize = 2;
+
+/// Whether a reflector step starts a list: a streaming list, or a LIST's first page.
+fn starts_a_list(t: &Trace) -> bool {
+    matches!(
+        t,
+        Trace::StreamListStarted { .. }
+            | Trace::ListPage {
+                continued: false,
+                ..
+            }
+    )
+}
+
+/// Lists started per reflector in the operator's JSON log (its reflectors trace each step at
+/// debug): in the lines after byte `mark`, or with `before`, in those up to it.
+fn operator_lists(log: &str, mark: usize, before: bool) -> BTreeMap<String, usize> {
+    let lines = if before { &log[..mark] } else { &log[mark..] };
+    let mut lists = BTreeMap::new();
+    for line in lines.lines() {
+        let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let fields = &entry["fields"];
+        let Some(t) = fields["t"].as_str() else {
+            continue;
+        };
+        if t.starts_with("StreamListStarted")
+            || (t.starts_with("ListPage") && t.contains("continued: false"))
+        {
+            let reflector = fields["reflector"].as_str().unwrap_or("?").to_owned();
+            *lists.entry(reflector).or_default() += 1;
+        }
+    }
+    lists
+}
+
+/// Every Memcached in `names` settled, and no other.
+async fn converged(
+    memcacheds: &Api<Memcached>,
+    deployments: &Api<Deployment>,
+    names: &BTreeSet<String>,
+) -> Result<(), String> {
+    let list = memcacheds
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let listed: BTreeSet<String> = list
+        .items
+        .iter()
+        .filter_map(|m| m.metadata.name.clone())
+        .collect();
+    if &listed != names {
+        return Err(format!("listed {listed:?}, want {names:?}"));
+    }
+    let deps: BTreeMap<String, Deployment> = deployments
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .map(|d| (d.metadata.name.clone().unwrap_or_default(), d))
+        .collect();
+    list.items.iter().try_for_each(|mc| settled(mc, &deps))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn informers_and_the_operator_resume_after_an_api_server_restart_without_a_relist_storm() {
+    let client = cluster::client();
+    memcached_operator::install_crd(&client, CONVERGE)
+        .await
+        .unwrap();
+    let ns = create_namespace(&client, "mc-restart").await;
+    let dir = std::env::temp_dir().join(support::unique("mc-restart"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log_path = dir.join("operator.log");
+    let probes = support::free_port();
+    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
+        .arg("--kubeconfig")
+        .arg(cluster::kubeconfig())
+        .args([
+            "--namespace",
+            &ns,
+            &format!("--metrics-bind-address=127.0.0.1:{}", support::free_port()),
+            &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
+            "--log-format=json",
+        ])
+        .env("RUST_LOG", "info,informer::reflector=debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    support::wait_ready(format!("127.0.0.1:{probes}").parse().unwrap()).await;
+
+    // In-process informers on the same kinds, counting the lists they start.
+    let factory = InformerFactory::new(client.clone()).namespace(&ns);
+    let informer = factory.informer::<Memcached>();
+    let mc_lists = Arc::new(AtomicUsize::new(0));
+    let deploy_lists = Arc::new(AtomicUsize::new(0));
+    let count = |counter: &Arc<AtomicUsize>| {
+        let counter = counter.clone();
+        move |t: &Trace| {
+            if starts_a_list(t) {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    };
+    informer.on_reflector_trace(count(&mc_lists)).unwrap();
+    factory
+        .informer::<Deployment>()
+        .on_reflector_trace(count(&deploy_lists))
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    factory.start(async {
+        let _ = stopped.await;
+    });
+    assert!(factory.wait_for_cache_sync().await);
+
+    let memcacheds = Api::<Memcached>::namespaced(client.clone(), &ns);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
+    for (name, size) in [("mc-0", 1), ("mc-1", 2)] {
+        memcacheds
+            .create(&PostParams::default(), &Memcached::new(name, spec(size)))
+            .await
+            .unwrap();
+    }
+    let mut names: BTreeSet<String> = ["mc-0".into(), "mc-1".into()].into();
+    wait_until("both Memcacheds settled", CONVERGE, async || {
+        converged(&memcacheds, &deployments, &names).await
+    })
+    .await;
+
+    let before = [
+        mc_lists.load(Ordering::Relaxed),
+        deploy_lists.load(Ordering::Relaxed),
+    ];
+    let log_mark = std::fs::metadata(&log_path).unwrap().len() as usize;
+    // The counting itself is proven by the first sync: each reflector listed once.
+    assert!(
+        before.iter().all(|&n| n >= 1),
+        "lists before the restart: {before:?}"
+    );
+    let initial = operator_lists(&std::fs::read_to_string(&log_path).unwrap(), log_mark, true);
+    assert!(
+        initial.len() >= 3 && initial.values().all(|&n| n >= 1),
+        "the operator's reflectors (Memcached, Deployment, Pod) each listed: {initial:?}"
+    );
+    tokio::task::spawn_blocking(cluster::restart_apiserver)
+        .await
+        .unwrap();
+
+    // Changes made after the restart reach the operator through its resumed watches.
+    memcacheds
+        .patch(
+            "mc-0",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"size": 3}})),
+        )
+        .await
+        .unwrap();
+    memcacheds
+        .delete("mc-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    memcacheds
+        .create(&PostParams::default(), &Memcached::new("mc-2", spec(1)))
+        .await
+        .unwrap();
+    names = ["mc-0".into(), "mc-2".into()].into();
+    wait_until(
+        "the changes after the restart settled",
+        CONVERGE,
+        async || converged(&memcacheds, &deployments, &names).await,
+    )
+    .await;
+    wait_until(
+        "the informer's cache equals a fresh LIST",
+        CONVERGE,
+        async || {
+            let fresh = memcacheds
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let fresh = versions(&fresh.items);
+            let cached = versions(informer.get_indexer().list().iter().map(|m| &**m));
+            (cached == fresh)
+                .then_some(())
+                .ok_or(format!("cache {cached:?}\nLIST  {fresh:?}"))
+        },
+    )
+    .await;
+
+    let ours = [
+        (
+            "Memcached (in process)",
+            mc_lists.load(Ordering::Relaxed) - before[0],
+        ),
+        (
+            "Deployment (in process)",
+            deploy_lists.load(Ordering::Relaxed) - before[1],
+        ),
+    ];
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let theirs = operator_lists(&log, log_mark, false);
+    println!("lists started after the restart, per reflector (the operator's by name):");
+    for (name, n) in ours
+        .iter()
+        .map(|(n, c)| (n.to_string(), *c))
+        .chain(theirs.clone())
+    {
+        println!("  {name:<40} {n}");
+    }
+    for (name, n) in ours.iter().map(|(n, c)| (n.to_string(), *c)).chain(theirs) {
+        assert!(
+            n <= LISTS_PER_RESTART,
+            "{name} listed {n} times after one restart (at most {LISTS_PER_RESTART}); \
+             the operator's log: {}",
+            log_path.display()
+        );
+    }
+    assert!(
+        operator.try_wait().unwrap().is_none(),
+        "the operator exited; its log: {}",
+        log_path.display()
+    );
+    assert!(
+        !log.contains("panicked"),
+        "the operator panicked: {}",
+        log_path.display()
+    );
+
+    // The Memcacheds carry the operator's finalizer: delete them while it runs.
+    for name in &names {
+        memcacheds
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    wait_until(
+        "the operator released every Memcached",
+        CONVERGE,
+        async || converged(&memcacheds, &deployments, &BTreeSet::new()).await,
+    )
+    .await;
+    let _ = stop.send(());
+    operator.start_kill().unwrap();
+    let _ = operator.wait().await;
+    cluster::delete_namespace(&client, &ns).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
