@@ -571,20 +571,24 @@ where
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..this.max_concurrent {
             let (this, mut stop) = (this.clone(), stop.clone());
-            workers.spawn(async move {
-                loop {
-                    let key = tokio::select! {
-                        biased;
-                        _ = stop.wait_for(|s| *s) => break,
-                        key = this.queue.get() => match key {
-                            Some(key) => key,
-                            None => break,
-                        },
-                    };
-                    this.process(&key).await;
-                    this.queue.done(&key);
+            // Each worker logs within the span the controller runs in (the leader's).
+            workers.spawn(
+                async move {
+                    loop {
+                        let key = tokio::select! {
+                            biased;
+                            _ = stop.wait_for(|s| *s) => break,
+                            key = this.queue.get() => match key {
+                                Some(key) => key,
+                                None => break,
+                            },
+                        };
+                        this.process(&key).await;
+                        this.queue.done(&key);
+                    }
                 }
-            });
+                .in_current_span(),
+            );
         }
         while workers.join_next().await.is_some() {}
         this.queue.shut_down();
@@ -619,6 +623,7 @@ where
             name,
             reconcile_id = %reconcile_id(),
         );
+        span.in_scope(|| tracing::debug!("reconciling"));
         let started = Instant::now();
         self.metrics.worker_started();
         let outcome = CatchUnwind((self.reconcile)(object, self.context.clone()))
@@ -665,6 +670,11 @@ where
                 ReconcileResult::Error
             }
         };
+        tracing::debug!(
+            result = result.as_label(),
+            elapsed_ms = elapsed.as_millis() as u64,
+            "reconciled"
+        );
         self.metrics.reconciled(result, elapsed);
     }
 }

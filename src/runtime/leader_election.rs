@@ -482,6 +482,14 @@ impl LeaderElector {
             .unwrap_or_default()
     }
 
+    /// The lease's `leaseTransitions` as last read or written: while this elector leads, the
+    /// number of its term, which no other term of the same lease shares. Logs and audits
+    /// tell leaders apart by it.
+    pub fn term(&self) -> i32 {
+        let state = self.state.lock();
+        state.observed.as_ref().map_or(0, |o| o.record.transitions)
+    }
+
     /// `namespace/name`, for logs and errors.
     fn describe(&self) -> String {
         format!("{}/{}", self.config.namespace, self.config.lease_name)
@@ -527,7 +535,7 @@ impl LeaderElector {
                 () = tokio::time::sleep(jittered(self.config.retry_period)) => {}
             }
         }
-        tracing::info!(lease = %desc, identity = %self.config.identity, "successfully acquired lease");
+        tracing::info!(lease = %desc, identity = %self.config.identity, term = self.term(), "successfully acquired lease");
         self.set_leading(true);
 
         let lost = loop {

@@ -27,6 +27,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::{Instrument, Span};
 
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
@@ -534,12 +535,15 @@ impl Manager {
     ) -> Result<(), ManagerError> {
         let options = &self.shared.options;
         let mut running = tokio::task::JoinSet::new();
-        let spawn = |running: &mut tokio::task::JoinSet<String>, r: Runnable| {
+        let spawn = |running: &mut tokio::task::JoinSet<String>, r: Runnable, span: Span| {
             let stop = stopping_runnables.clone();
-            running.spawn(async move {
-                (r.run)(stop).await;
-                r.name
-            });
+            running.spawn(
+                async move {
+                    (r.run)(stop).await;
+                    r.name
+                }
+                .instrument(span),
+            );
         };
 
         // 2. The cache.
@@ -553,7 +557,7 @@ impl Manager {
 
         // 3. Runnables that do not need leadership.
         for r in runnables {
-            spawn(&mut running, r);
+            spawn(&mut running, r, Span::none());
         }
 
         // 4. Leader election, then the controllers.
@@ -602,8 +606,18 @@ impl Manager {
             }
             tracing::info!(identity = elector.identity(), "became the leader");
         }
+        // While leading, everything the controllers log (each reconcile's span among it)
+        // carries this leader's identity and term: an audit can tell two leaders apart.
+        let leading = match &elector {
+            Some(elector) => tracing::info_span!(
+                "leading",
+                identity = elector.identity(),
+                term = elector.term()
+            ),
+            None => Span::none(),
+        };
         for r in leader_runnables {
-            spawn(&mut running, r);
+            spawn(&mut running, r, leading.clone());
         }
 
         // Run until shutdown or a lost lease.

@@ -60,6 +60,18 @@ struct Flags {
     /// The namespace of the leader election Lease (default: the configuration's namespace).
     #[arg(long)]
     leader_election_namespace: Option<String>,
+    /// How long a lease stays valid unrenewed: after a leader dies, the others take over
+    /// within about this long (e.g. 15s, 500ms, 1m).
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    leader_elect_lease_duration: Duration,
+    /// How long the leader keeps retrying a renewal before it steps down; less than the
+    /// lease duration.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    leader_elect_renew_deadline: Duration,
+    /// The interval between the candidates' attempts to acquire or renew; less than the
+    /// renew deadline / 1.2.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    leader_elect_retry_period: Duration,
     /// Watch and reconcile only this namespace (default: every namespace).
     #[arg(long)]
     namespace: Option<String>,
@@ -195,7 +207,12 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             .leader_election_namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
-        LeaderElectionConfig::new("86f835c3.example.com", namespace)
+        LeaderElectionConfig {
+            lease_duration: flags.leader_elect_lease_duration,
+            renew_deadline: flags.leader_elect_renew_deadline,
+            retry_period: flags.leader_elect_retry_period,
+            ..LeaderElectionConfig::new("86f835c3.example.com", namespace)
+        }
     });
     let mut options = ManagerOptions {
         metrics_bind_address: flags.metrics_address(),
@@ -312,6 +329,22 @@ fn explain(
     }
 }
 
+/// A duration flag: a whole number with a unit, `ms`, `s` or `m` (as Go's flags write
+/// the common ones).
+fn duration(s: &str) -> Result<Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a whole number and a unit, e.g. 15s or 500ms"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("{s:?}: the unit must be ms, s or m, e.g. 15s")),
+    }
+}
+
 /// The client's rate limit for `--kube-api-qps` and `--kube-api-burst`: none for a QPS of 0
 /// or less.
 fn rate_limit(qps: f64, burst: u32) -> anyhow::Result<Option<RateLimit>> {
@@ -376,6 +409,18 @@ mod tests {
             Some(([0, 0, 0, 0], 8081).into())
         );
         assert!(!flags.leader_elect);
+        assert_eq!(
+            (
+                flags.leader_elect_lease_duration,
+                flags.leader_elect_renew_deadline,
+                flags.leader_elect_retry_period
+            ),
+            (
+                Duration::from_secs(15),
+                Duration::from_secs(10),
+                Duration::from_secs(2)
+            )
+        );
         assert!(flags.command.is_none());
         assert!(
             rate_limit(flags.kube_api_qps, flags.kube_api_burst)
@@ -406,6 +451,33 @@ mod tests {
         ])
         .unwrap();
         assert!(rate_limit(flags.kube_api_qps, flags.kube_api_burst).is_err());
+    }
+
+    #[test]
+    fn lease_durations_take_a_unit_and_refuse_anything_else() {
+        let flags = Flags::try_parse_from([
+            "memcached-operator",
+            "--leader-elect-lease-duration=1m",
+            "--leader-elect-renew-deadline=4s",
+            "--leader-elect-retry-period=500ms",
+        ])
+        .unwrap();
+        assert_eq!(flags.leader_elect_lease_duration, Duration::from_secs(60));
+        assert_eq!(flags.leader_elect_renew_deadline, Duration::from_secs(4));
+        assert_eq!(flags.leader_elect_retry_period, Duration::from_millis(500));
+        for (bad, says) in [
+            ("15", "unit must be"),
+            ("1.5s", "unit must be"),
+            ("s", "whole number"),
+        ] {
+            let err = Flags::try_parse_from([
+                "memcached-operator",
+                &format!("--leader-elect-lease-duration={bad}"),
+            ])
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
     }
 
     #[test]

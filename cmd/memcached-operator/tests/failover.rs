@@ -1,0 +1,405 @@
+//! Leader failover under load: two operator processes with `--leader-elect` while a driver
+//! scales three Memcacheds without pause; the leader is killed with SIGKILL (no release)
+//! again and again, and a fresh candidate replaces it each time. The operators log each
+//! reconcile inside their leadership span (identity and term, the Lease's
+//! `leaseTransitions`), and the test reads those logs as an audit:
+//!
+//! - a process reconciles only after it acquired the lease and, once killed, never again,
+//!   and each of its reconciles names its own identity and term;
+//! - the terms strictly increase, one identity each, and each new term begins after the
+//!   previous leader died: never two leaders reconciling at once;
+//! - each handover, from the kill to the next acquisition, takes at most what the election
+//!   allows: the lease duration plus two jittered retry periods (the survivor notices the
+//!   dead leader's last renewal up to one retry late, and tries again one retry after
+//!   expiry), plus slack for the requests.
+//!
+//! At the end every Memcached has settled at the driver's last size.
+
+#[path = "../../../tests/support/mod.rs"]
+mod support;
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{settled, spec};
+use controller_runtime::client::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use memcached_operator::api::Memcached;
+use serde_json::Value;
+use support::cluster::{self, create_namespace};
+use support::fault_proxy::Rng;
+use support::{CONVERGE, wait_until};
+
+const LEASE: Duration = Duration::from_secs(4);
+const RENEW: Duration = Duration::from_secs(3);
+const RETRY: Duration = Duration::from_secs(1);
+/// For the requests of one handover: the survivor's read and its write of the Lease.
+const SLACK: Duration = Duration::from_secs(2);
+/// How many leaders are killed.
+const KILLS: usize = 3;
+const LEASE_NAME: &str = "86f835c3.example.com";
+const MEMCACHEDS: [&str; 3] = ["mc-0", "mc-1", "mc-2"];
+
+/// Microseconds since the epoch of `ts`, an RFC 3339 UTC timestamp as the operator's JSON
+/// log writes it (`2026-11-26T02:08:39.522512Z`).
+fn micros(ts: &str) -> i64 {
+    let bad = || panic!("timestamp {ts:?}");
+    let (date, time) = ts.trim_end_matches('Z').split_once('T').unwrap_or_else(bad);
+    let ymd: Vec<i64> = date.split('-').map(|p| p.parse().unwrap()).collect();
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let hms: Vec<i64> = hms.split(':').map(|p| p.parse().unwrap()).collect();
+    let frac_micros = format!("{frac:0<6}")[..6].parse::<i64>().unwrap();
+    // Days from the civil date (proleptic Gregorian), Howard Hinnant's method.
+    let (y, m, d) = (ymd[0] - i64::from(ymd[1] <= 2), ymd[1], ymd[2]);
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    ((days * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2]) * 1_000_000) + frac_micros
+}
+
+fn now_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+fn secs(micros: i64) -> f64 {
+    micros as f64 / 1e6
+}
+
+/// One operator process and what the test did to it.
+struct Candidate {
+    child: tokio::process::Child,
+    log: PathBuf,
+    /// When SIGKILL was sent, and when the process was seen dead.
+    kill_sent: Option<i64>,
+    dead: Option<i64>,
+}
+
+impl Candidate {
+    fn start(ns: &str, log: PathBuf) -> Candidate {
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
+            .arg("--kubeconfig")
+            .arg(cluster::kubeconfig())
+            .args([
+                "--namespace",
+                ns,
+                "--leader-elect",
+                "--leader-election-namespace",
+                ns,
+                &format!("--leader-elect-lease-duration={}s", LEASE.as_secs()),
+                &format!("--leader-elect-renew-deadline={}s", RENEW.as_secs()),
+                &format!("--leader-elect-retry-period={}s", RETRY.as_secs()),
+                "--metrics-bind-address=0",
+                "--health-probe-bind-address=0",
+                "--log-format=json",
+            ])
+            .env(
+                "RUST_LOG",
+                "info,controller_runtime::runtime::controller=debug",
+            )
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Candidate {
+            child,
+            log,
+            kill_sent: None,
+            dead: None,
+        }
+    }
+
+    fn audit(&self) -> Audit {
+        Audit::read(&self.log)
+    }
+
+    async fn kill(&mut self) {
+        self.kill_sent = Some(now_micros());
+        self.child.start_kill().unwrap();
+        self.child.wait().await.unwrap();
+        self.dead = Some(now_micros());
+    }
+}
+
+/// One reconcile, as its "reconciling" line records it.
+#[derive(Debug)]
+struct Reconcile {
+    at: i64,
+    /// The leadership span it ran in: identity and term, if any.
+    leader: Option<(String, i64)>,
+}
+
+/// What one process's log says it did.
+#[derive(Debug, Default)]
+struct Audit {
+    identity: String,
+    /// When it acquired the lease, and its term.
+    acquired: Option<(i64, i64)>,
+    reconciles: Vec<Reconcile>,
+}
+
+impl Audit {
+    fn read(log: &Path) -> Audit {
+        let mut audit = Audit::default();
+        for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
+            let Ok(entry) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let at = || micros(entry["timestamp"].as_str().unwrap());
+            let fields = &entry["fields"];
+            match fields["message"].as_str().unwrap_or_default() {
+                "attempting to acquire leader lease" => {
+                    audit.identity = fields["identity"].as_str().unwrap().to_owned();
+                }
+                "successfully acquired lease" => {
+                    audit.acquired = Some((at(), fields["term"].as_i64().unwrap()));
+                }
+                "reconciling" => {
+                    let leader = entry["spans"].as_array().and_then(|spans| {
+                        spans.iter().find(|s| s["name"] == "leading").map(|s| {
+                            (
+                                s["identity"].as_str().unwrap_or_default().to_owned(),
+                                s["term"].as_i64().unwrap_or(-1),
+                            )
+                        })
+                    });
+                    audit.reconciles.push(Reconcile { at: at(), leader });
+                }
+                _ => {}
+            }
+        }
+        audit
+    }
+}
+
+/// Every Memcached settled at the size the driver last wrote.
+async fn converged(
+    memcacheds: &Api<Memcached>,
+    deployments: &Api<Deployment>,
+) -> Result<(), String> {
+    let list = memcacheds
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let deps: BTreeMap<String, Deployment> = deployments
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .map(|d| (d.metadata.name.clone().unwrap_or_default(), d))
+        .collect();
+    list.items.iter().try_for_each(|mc| settled(mc, &deps))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn killing_the_leader_under_load_never_lets_two_leaders_reconcile_at_once() {
+    let client = cluster::client();
+    memcached_operator::install_crd(&client, CONVERGE)
+        .await
+        .unwrap();
+    let ns = create_namespace(&client, "mc-failover-load").await;
+    let dir = std::env::temp_dir().join(support::unique("mc-failover-load"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let memcacheds = Api::<Memcached>::namespaced(client.clone(), &ns);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
+    let leases = Api::<Lease>::namespaced(client.clone(), &ns);
+    for name in MEMCACHEDS {
+        memcacheds
+            .create(&PostParams::default(), &Memcached::new(name, spec(1)))
+            .await
+            .unwrap();
+    }
+
+    let mut candidates: Vec<Candidate> = (0..2)
+        .map(|i| Candidate::start(&ns, dir.join(format!("operator-{i}.log"))))
+        .collect();
+
+    // The load: a size patch every 150-400 ms, until the last leader has taken over.
+    let driving = Arc::new(AtomicBool::new(true));
+    let driver = tokio::spawn({
+        let (memcacheds, driving) = (memcacheds.clone(), driving.clone());
+        async move {
+            let mut rng = Rng::new(now_micros() as u64);
+            let mut patches = 0u32;
+            while driving.load(Ordering::Relaxed) {
+                let name = MEMCACHEDS[rng.below(3) as usize];
+                let size = rng.below(3);
+                memcacheds
+                    .patch(
+                        name,
+                        &PatchParams::default(),
+                        &Patch::Merge(serde_json::json!({"spec": {"size": size}})),
+                    )
+                    .await
+                    .unwrap();
+                patches += 1;
+                tokio::time::sleep(Duration::from_millis(150 + rng.below(250))).await;
+            }
+            patches
+        }
+    });
+
+    // The candidate that holds the lease and has reconciled under it.
+    let leader_reconciling = async |candidates: &[Candidate]| {
+        wait_until("a leader reconciling", CONVERGE, async || {
+            let holder = leases
+                .get_opt(LEASE_NAME)
+                .await
+                .map_err(|e| e.to_string())?
+                .and_then(|l| l.spec?.holder_identity)
+                .unwrap_or_default();
+            for (i, c) in candidates.iter().enumerate() {
+                if c.dead.is_some() {
+                    continue;
+                }
+                let audit = c.audit();
+                if !holder.is_empty() && audit.identity == holder && audit.reconciles.len() >= 3 {
+                    return Ok(i);
+                }
+            }
+            Err(format!("holder {holder:?}, not yet reconciling"))
+        })
+        .await
+    };
+    for round in 0..KILLS {
+        let leader = leader_reconciling(&candidates).await;
+        candidates[leader].kill().await;
+        println!("round {round}: killed the leader (operator-{leader})");
+        let next = candidates.len();
+        candidates.push(Candidate::start(
+            &ns,
+            dir.join(format!("operator-{next}.log")),
+        ));
+    }
+    leader_reconciling(&candidates).await;
+    driving.store(false, Ordering::Relaxed);
+    let patches = driver.await.unwrap();
+    wait_until(
+        "every Memcached settled at its last size",
+        CONVERGE,
+        async || converged(&memcacheds, &deployments).await,
+    )
+    .await;
+
+    // The audit.
+    let audits: Vec<Audit> = candidates.iter().map(Candidate::audit).collect();
+    let mut terms: Vec<(i64, i64, usize)> = Vec::new(); // (acquired at, term, candidate)
+    for (i, (c, a)) in candidates.iter().zip(&audits).enumerate() {
+        assert!(
+            !a.identity.is_empty(),
+            "operator-{i} logged no identity: {}",
+            c.log.display()
+        );
+        let Some((acquired, term)) = a.acquired else {
+            assert!(
+                a.reconciles.is_empty(),
+                "operator-{i} reconciled without ever leading: {}",
+                c.log.display()
+            );
+            continue;
+        };
+        terms.push((acquired, term, i));
+        for r in &a.reconciles {
+            assert_eq!(
+                r.leader,
+                Some((a.identity.clone(), term)),
+                "operator-{i} reconciled outside its leadership span: {}",
+                c.log.display()
+            );
+            assert!(
+                r.at >= acquired,
+                "operator-{i} reconciled before it acquired the lease"
+            );
+            if let Some(dead) = c.dead {
+                assert!(r.at <= dead, "operator-{i} reconciled after it was killed");
+            }
+        }
+    }
+    terms.sort();
+    assert_eq!(
+        terms.len(),
+        KILLS + 1,
+        "one term per killed leader and the last: {terms:?}"
+    );
+    let identities: BTreeSet<&str> = terms
+        .iter()
+        .map(|t| audits[t.2].identity.as_str())
+        .collect();
+    assert_eq!(identities.len(), terms.len(), "one identity per term");
+    let bound = LEASE + RETRY.mul_f64(2.0 * 1.2) + SLACK;
+    println!("\n| term | process    | reconciles | handover from the kill (s) |");
+    println!("|------|------------|------------|----------------------------|");
+    for (k, &(acquired, term, i)) in terms.iter().enumerate() {
+        let handover = match k.checked_sub(1).map(|p| &candidates[terms[p].2]) {
+            Some(previous) => {
+                let (sent, dead) = (previous.kill_sent.unwrap(), previous.dead.unwrap());
+                assert!(term > terms[k - 1].1, "terms must increase: {:?}", terms);
+                assert!(
+                    acquired > dead,
+                    "term {term} began before the previous leader was dead"
+                );
+                let handover = acquired - sent;
+                assert!(
+                    handover <= bound.as_micros() as i64,
+                    "handover {:.1}s over the election's bound {bound:?}",
+                    secs(handover)
+                );
+                format!("{:.1}", secs(handover))
+            }
+            None => "first".to_owned(),
+        };
+        println!(
+            "| {term:>4} | {:<10} | {:>10} | {handover:>26} |",
+            format!("operator-{i}"),
+            audits[i].reconciles.len()
+        );
+    }
+    println!(
+        "{patches} size patches; lease {LEASE:?}, retry {RETRY:?}: \
+         lease + retry = {:?}, bound {bound:?}",
+        LEASE + RETRY
+    );
+
+    // The Memcacheds carry the finalizer: delete them while the last leader runs.
+    for name in MEMCACHEDS {
+        memcacheds
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    wait_until(
+        "the last leader released every Memcached",
+        CONVERGE,
+        async || {
+            let left = memcacheds
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len();
+            (left == 0).then_some(()).ok_or(format!("{left} left"))
+        },
+    )
+    .await;
+    for c in &mut candidates {
+        if c.dead.is_none() {
+            c.kill().await;
+        }
+    }
+    cluster::delete_namespace(&client, &ns).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
