@@ -616,11 +616,13 @@ where
             }
         };
         let (namespace, name) = informer::split_key(key).unwrap_or(("", key));
+        // The object's name is `object`: JSON logs write a span's own name as `name`, and a
+        // second `name` key would hide one of the two.
         let span = tracing::info_span!(
             "reconcile",
             controller = %self.name,
             namespace,
-            name,
+            object = name,
             reconcile_id = %reconcile_id(),
         );
         span.in_scope(|| tracing::debug!("reconciling"));

@@ -119,6 +119,19 @@ pub fn compact_etcd() {
     );
 }
 
+/// A copy of the test cluster's kubeconfig in `dir` whose server is `addr` (a proxy in front
+/// of the API server), for a process started with `--kubeconfig`.
+pub fn kubeconfig_through(addr: SocketAddr, dir: &Path) -> PathBuf {
+    let upstream = super::fault_proxy::api_server_addr();
+    let original = std::fs::read_to_string(kubeconfig()).unwrap();
+    let from = format!("server: https://{upstream}");
+    assert!(original.contains(&from), "kubeconfig has no `{from}`");
+    let through = original.replace(&from, &format!("server: https://{addr}"));
+    let path = dir.join(format!("kubeconfig-proxy-{}", addr.port()));
+    std::fs::write(&path, through).unwrap();
+    path
+}
+
 /// Stops kube-apiserver and starts it again in place (`testenv restart-apiserver`): the same
 /// port, certificates and etcd. Returns once it is ready again.
 pub fn restart_apiserver() {

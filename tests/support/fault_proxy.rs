@@ -191,14 +191,7 @@ impl FaultProxy {
     /// Writes a copy of the test cluster's kubeconfig into `dir` whose server is this proxy,
     /// for a process (kubectl, an operator binary) to go through it; returns its path.
     pub fn kubeconfig_in(&self, dir: &Path) -> PathBuf {
-        let upstream = api_server_addr();
-        let original = std::fs::read_to_string(super::cluster::kubeconfig()).unwrap();
-        let from = format!("server: https://{upstream}");
-        assert!(original.contains(&from), "kubeconfig has no `{from}`");
-        let through = original.replace(&from, &format!("server: https://{}", self.addr));
-        let path = dir.join(format!("kubeconfig-fault-proxy-{}", self.addr.port()));
-        std::fs::write(&path, through).unwrap();
-        path
+        super::cluster::kubeconfig_through(self.addr, dir)
     }
 
     /// Turns faults on or off; connections already open follow at their next chunk (a stall
