@@ -40,9 +40,26 @@ pub fn versions<'a>(items: impl IntoIterator<Item = &'a Memcached>) -> BTreeMap<
         .collect()
 }
 
-/// Whether `mc` is settled: its Deployment has `spec.size` replicas and its status, written
-/// for its current generation, says Available.
+/// Whether `mc` is settled: [`written`], and its status says Available.
 pub fn settled(mc: &Memcached, deployments: &BTreeMap<String, Deployment>) -> Result<(), String> {
+    written(mc, deployments)?;
+    let status = mc.status.clone().unwrap_or_default();
+    let available = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::AVAILABLE)
+        .map(|c| c.status.clone());
+    if available.as_deref() != Some("True") {
+        let name = mc.metadata.name.clone().unwrap_or_default();
+        return Err(format!("{name}: Available {available:?}"));
+    }
+    Ok(())
+}
+
+/// Whether the operator has done its part for `mc`: its Deployment has `spec.size` replicas,
+/// and its status was written for its current generation. Whether the Pods then become
+/// ready is the cluster's part (the controller manager's and the nodes').
+pub fn written(mc: &Memcached, deployments: &BTreeMap<String, Deployment>) -> Result<(), String> {
     let name = mc.metadata.name.clone().unwrap_or_default();
     let size = mc.spec.size();
     let replicas = deployments
@@ -60,14 +77,6 @@ pub fn settled(mc: &Memcached, deployments: &BTreeMap<String, Deployment>) -> Re
             "{name}: status for generation {:?}, at {:?}",
             status.observed_generation, mc.metadata.generation
         ));
-    }
-    let available = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::AVAILABLE)
-        .map(|c| c.status.clone());
-    if available.as_deref() != Some("True") {
-        return Err(format!("{name}: Available {available:?}"));
     }
     Ok(())
 }
