@@ -4,7 +4,8 @@
 //! request per answer: no amplification.
 //!
 //! Real time on loopback (the scripted server runs on threads), so the test asserts counts
-//! (one request per response, in the scripted order), never how long anything took.
+//! (one request per response, in the scripted order) and spacing only from below (each
+//! wait at least as long as asked, which a sleep guarantees), never an upper bound.
 
 mod support;
 
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use controller_runtime::client::{ClientOptions, RequestObserver};
 use controller_runtime::config::{Auth, Secret};
+use controller_runtime::informer::BackoffOptions;
 use controller_runtime::informers::InformerFactory;
 use http::Method;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -133,8 +135,24 @@ async fn an_informer_under_429s_and_503s_honours_retry_after_backs_off_and_never
             Some(503)
         ]
     );
-    // How closely they came is printed, not asserted: on real time a loaded machine can
-    // bunch the arrivals of requests sent a second apart.
+    // Spacing, from below only (a sleep never ends early, however loaded the machine): each
+    // answer with `Retry-After: 1` is followed by at least a second of silence, and the 503
+    // without it by at least the reflector's first backoff step (800 ms, jitter only adds).
+    let times: Vec<Instant> = attempts.0.lock().iter().map(|(t, _)| *t).collect();
+    for (i, pair) in times[..=overloaded].windows(2).enumerate() {
+        let least = if i + 1 < overloaded {
+            Duration::from_secs(1)
+        } else {
+            BackoffOptions::default().initial
+        };
+        let gap = pair[1].duration_since(pair[0]);
+        assert!(
+            gap >= least,
+            "attempt {} came {gap:?} after answer {i} ({:?}), before the {least:?} asked",
+            i + 1,
+            codes[i]
+        );
+    }
     let most = attempts.most_in_one_second();
     println!("most attempts in one second during the 429/503 burst: {most} ({codes:?})");
     let _ = stop.send(());
