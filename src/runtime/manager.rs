@@ -11,6 +11,14 @@
 //! 4. leader election, when configured; then, while leading, the controllers and the
 //!    runnables that need leadership.
 //!
+//! # Logs
+//!
+//! While leading, the controllers run inside a `leading{identity, term}` span (`term` is the
+//! Lease's `leaseTransitions`), and each reconcile inside a
+//! `reconcile{controller, namespace, object, reconcile_id}` span that logs `reconciling` and
+//! `reconciled` at debug: every line a reconcile writes says which object, and under which
+//! leader, so two leaders' work can be told apart afterwards.
+//!
 //! # Stopping
 //!
 //! On SIGINT or SIGTERM ([`Manager::start`]) or when the future given to
@@ -27,11 +35,11 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{Instrument, Span};
 
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tracing::{Instrument, Span};
 
 use super::auth::Authorizer;
 use super::cache::{Cache, CacheError, CacheOptions, CachedKind, Store};
