@@ -18,12 +18,11 @@ mod support;
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{settled, spec, versions, written};
-use controller_runtime::client::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use common::{cache_matches_list, converged, release_all, settled, spec, start_operator, written};
+use controller_runtime::client::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use controller_runtime::informer::Trace;
 use controller_runtime::informers::InformerFactory;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -46,12 +45,11 @@ fn starts_a_list(t: &Trace) -> bool {
     )
 }
 
-/// Lists started per reflector in the operator's JSON log (its reflectors trace each step at
-/// debug): in the lines after byte `mark`, or with `before`, in those up to it.
-fn operator_lists(log: &str, mark: usize, before: bool) -> BTreeMap<String, usize> {
-    let lines = if before { &log[..mark] } else { &log[mark..] };
+/// Lists started per reflector in `log`, lines of the operator's JSON log (its reflectors
+/// trace each step at debug).
+fn operator_lists(log: &str) -> BTreeMap<String, usize> {
     let mut lists = BTreeMap::new();
-    for line in lines.lines() {
+    for line in log.lines() {
         let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
@@ -69,36 +67,6 @@ fn operator_lists(log: &str, mark: usize, before: bool) -> BTreeMap<String, usiz
     lists
 }
 
-/// Every Memcached in `names`, and no other, passes `check`.
-async fn converged(
-    memcacheds: &Api<Memcached>,
-    deployments: &Api<Deployment>,
-    names: &BTreeSet<String>,
-    check: fn(&Memcached, &BTreeMap<String, Deployment>) -> Result<(), String>,
-) -> Result<(), String> {
-    let list = memcacheds
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let listed: BTreeSet<String> = list
-        .items
-        .iter()
-        .filter_map(|m| m.metadata.name.clone())
-        .collect();
-    if &listed != names {
-        return Err(format!("listed {listed:?}, want {names:?}"));
-    }
-    let deps: BTreeMap<String, Deployment> = deployments
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?
-        .items
-        .into_iter()
-        .map(|d| (d.metadata.name.clone().unwrap_or_default(), d))
-        .collect();
-    list.items.iter().try_for_each(|mc| check(mc, &deps))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs cluster"]
 async fn informers_and_the_operator_resume_after_an_api_server_restart_without_a_relist_storm() {
@@ -110,24 +78,8 @@ async fn informers_and_the_operator_resume_after_an_api_server_restart_without_a
     let dir = std::env::temp_dir().join(support::unique("mc-restart"));
     std::fs::create_dir_all(&dir).unwrap();
     let log_path = dir.join("operator.log");
-    let probes = support::free_port();
-    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
-        .arg("--kubeconfig")
-        .arg(cluster::kubeconfig())
-        .args([
-            "--namespace",
-            &ns,
-            &format!("--metrics-bind-address=127.0.0.1:{}", support::free_port()),
-            &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
-            "--log-format=json",
-        ])
-        .env("RUST_LOG", "info,informer::reflector=debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    support::wait_ready(format!("127.0.0.1:{probes}").parse().unwrap()).await;
+    let rust_log = "info,informer::reflector=debug";
+    let mut operator = start_operator(&cluster::kubeconfig(), &ns, &log_path, rust_log, &[]).await;
 
     // In-process informers on the same kinds, counting the lists they start.
     let factory = InformerFactory::new(client.clone()).namespace(&ns);
@@ -177,7 +129,7 @@ async fn informers_and_the_operator_resume_after_an_api_server_restart_without_a
         before.iter().all(|&n| n >= 1),
         "lists before the restart: {before:?}"
     );
-    let initial = operator_lists(&std::fs::read_to_string(&log_path).unwrap(), log_mark, true);
+    let initial = operator_lists(&std::fs::read_to_string(&log_path).unwrap()[..log_mark]);
     assert!(
         initial.len() >= 3 && initial.values().all(|&n| n >= 1),
         "the operator's reflectors (Memcached, Deployment, Pod) each listed: {initial:?}"
@@ -210,44 +162,22 @@ async fn informers_and_the_operator_resume_after_an_api_server_restart_without_a
         async || converged(&memcacheds, &deployments, &names, written).await,
     )
     .await;
-    wait_until(
-        "the informer's cache equals a fresh LIST",
-        CONVERGE,
-        async || {
-            let fresh = memcacheds
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let fresh = versions(&fresh.items);
-            let cached = versions(informer.get_indexer().list().iter().map(|m| &**m));
-            (cached == fresh)
-                .then_some(())
-                .ok_or(format!("cache {cached:?}\nLIST  {fresh:?}"))
-        },
-    )
-    .await;
+    cache_matches_list(&memcacheds, &informer).await;
 
-    let ours = [
-        (
-            "Memcached (in process)",
-            mc_lists.load(Ordering::Relaxed) - before[0],
-        ),
-        (
-            "Deployment (in process)",
-            deploy_lists.load(Ordering::Relaxed) - before[1],
-        ),
-    ];
     let log = std::fs::read_to_string(&log_path).unwrap();
-    let theirs = operator_lists(&log, log_mark, false);
+    let lists: Vec<(String, usize)> = [
+        ("Memcached (in process)", &mc_lists, before[0]),
+        ("Deployment (in process)", &deploy_lists, before[1]),
+    ]
+    .into_iter()
+    .map(|(name, counter, was)| (name.to_owned(), counter.load(Ordering::Relaxed) - was))
+    .chain(operator_lists(&log[log_mark..]))
+    .collect();
     println!("lists started after the restart, per reflector (the operator's by name):");
-    for (name, n) in ours
-        .iter()
-        .map(|(n, c)| (n.to_string(), *c))
-        .chain(theirs.clone())
-    {
+    for (name, n) in &lists {
         println!("  {name:<40} {n}");
     }
-    for (name, n) in ours.iter().map(|(n, c)| (n.to_string(), *c)).chain(theirs) {
+    for (name, n) in lists {
         assert!(
             n <= LISTS_PER_RESTART,
             "{name} listed {n} times after one restart (at most {LISTS_PER_RESTART}); \
@@ -266,19 +196,7 @@ async fn informers_and_the_operator_resume_after_an_api_server_restart_without_a
         log_path.display()
     );
 
-    // The Memcacheds carry the operator's finalizer: delete them while it runs.
-    for name in &names {
-        memcacheds
-            .delete(name, &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    wait_until(
-        "the operator released every Memcached",
-        CONVERGE,
-        async || converged(&memcacheds, &deployments, &BTreeSet::new(), written).await,
-    )
-    .await;
+    release_all(&memcacheds, names.iter().map(String::as_str)).await;
     let _ = stop.send(());
     operator.start_kill().unwrap();
     let _ = operator.wait().await;

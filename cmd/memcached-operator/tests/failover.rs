@@ -20,15 +20,14 @@ mod support;
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{settled, spec};
-use controller_runtime::client::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use common::{converged, release_all, settled, spec, start_operator};
+use controller_runtime::client::{Api, Patch, PatchParams, PostParams};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use memcached_operator::api::Memcached;
@@ -87,32 +86,18 @@ struct Candidate {
 }
 
 impl Candidate {
-    fn start(ns: &str, log: PathBuf) -> Candidate {
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
-            .arg("--kubeconfig")
-            .arg(cluster::kubeconfig())
-            .args([
-                "--namespace",
-                ns,
-                "--leader-elect",
-                "--leader-election-namespace",
-                ns,
-                &format!("--leader-elect-lease-duration={}s", LEASE.as_secs()),
-                &format!("--leader-elect-renew-deadline={}s", RENEW.as_secs()),
-                &format!("--leader-elect-retry-period={}s", RETRY.as_secs()),
-                "--metrics-bind-address=0",
-                "--health-probe-bind-address=0",
-                "--log-format=json",
-            ])
-            .env(
-                "RUST_LOG",
-                "info,controller_runtime::runtime::controller=debug",
-            )
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+    /// A candidate, returned once its caches have synced (before it leads).
+    async fn start(ns: &str, log: PathBuf) -> Candidate {
+        let args = [
+            "--leader-elect",
+            "--leader-election-namespace",
+            ns,
+            &format!("--leader-elect-lease-duration={}s", LEASE.as_secs()),
+            &format!("--leader-elect-renew-deadline={}s", RENEW.as_secs()),
+            &format!("--leader-elect-retry-period={}s", RETRY.as_secs()),
+        ];
+        let rust_log = "info,controller_runtime::runtime::controller=debug";
+        let child = start_operator(&cluster::kubeconfig(), ns, &log, rust_log, &args).await;
         Candidate {
             child,
             log,
@@ -184,26 +169,6 @@ impl Audit {
     }
 }
 
-/// Every Memcached settled at the size the driver last wrote.
-async fn converged(
-    memcacheds: &Api<Memcached>,
-    deployments: &Api<Deployment>,
-) -> Result<(), String> {
-    let list = memcacheds
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let deps: BTreeMap<String, Deployment> = deployments
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?
-        .items
-        .into_iter()
-        .map(|d| (d.metadata.name.clone().unwrap_or_default(), d))
-        .collect();
-    list.items.iter().try_for_each(|mc| settled(mc, &deps))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs cluster"]
 async fn killing_the_leader_under_load_never_lets_two_leaders_reconcile_at_once() {
@@ -224,9 +189,10 @@ async fn killing_the_leader_under_load_never_lets_two_leaders_reconcile_at_once(
             .unwrap();
     }
 
-    let mut candidates: Vec<Candidate> = (0..2)
-        .map(|i| Candidate::start(&ns, dir.join(format!("operator-{i}.log"))))
-        .collect();
+    let mut candidates = Vec::new();
+    for i in 0..2 {
+        candidates.push(Candidate::start(&ns, dir.join(format!("operator-{i}.log"))).await);
+    }
 
     // The load: a size patch every 150-400 ms, until the last leader has taken over.
     let driving = Arc::new(AtomicBool::new(true));
@@ -280,18 +246,16 @@ async fn killing_the_leader_under_load_never_lets_two_leaders_reconcile_at_once(
         candidates[leader].kill().await;
         println!("round {round}: killed the leader (operator-{leader})");
         let next = candidates.len();
-        candidates.push(Candidate::start(
-            &ns,
-            dir.join(format!("operator-{next}.log")),
-        ));
+        candidates.push(Candidate::start(&ns, dir.join(format!("operator-{next}.log"))).await);
     }
     leader_reconciling(&candidates).await;
     driving.store(false, Ordering::Relaxed);
     let patches = driver.await.unwrap();
+    let names: BTreeSet<String> = MEMCACHEDS.map(String::from).into();
     wait_until(
         "every Memcached settled at its last size",
         CONVERGE,
-        async || converged(&memcacheds, &deployments).await,
+        async || converged(&memcacheds, &deployments, &names, settled).await,
     )
     .await;
 
@@ -374,27 +338,7 @@ async fn killing_the_leader_under_load_never_lets_two_leaders_reconcile_at_once(
         LEASE + RETRY
     );
 
-    // The Memcacheds carry the finalizer: delete them while the last leader runs.
-    for name in MEMCACHEDS {
-        memcacheds
-            .delete(name, &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    wait_until(
-        "the last leader released every Memcached",
-        CONVERGE,
-        async || {
-            let left = memcacheds
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .len();
-            (left == 0).then_some(()).ok_or(format!("{left} left"))
-        },
-    )
-    .await;
+    release_all(&memcacheds, MEMCACHEDS).await;
     for c in &mut candidates {
         if c.dead.is_none() {
             c.kill().await;

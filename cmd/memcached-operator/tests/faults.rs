@@ -14,13 +14,14 @@ mod support;
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{rss_kib, settled, spec, versions};
+use common::{
+    cache_matches_list, converged, deployments_by_name, release_all, rss_kib, settled, spec,
+    start_operator,
+};
 use controller_runtime::client::{
-    Api, Client, ClientOptions, DeleteParams, ListParams, Patch, PatchParams, PostParams,
+    Api, Client, ClientOptions, DeleteParams, Patch, PatchParams, PostParams,
 };
 use controller_runtime::informers::InformerFactory;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -90,26 +91,9 @@ async fn run(scenario: Scenario) {
     let dir = std::env::temp_dir().join(support::unique("mc-faults"));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = proxy.kubeconfig_in(&dir);
-    let log_path: PathBuf = dir.join("operator.log");
-    let probes = support::free_port();
-    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args([
-            "--namespace",
-            &ns,
-            &format!("--metrics-bind-address=127.0.0.1:{}", support::free_port()),
-            &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
-            "--log-format=json",
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let log_path = dir.join("operator.log");
+    let mut operator = start_operator(&kubeconfig, &ns, &log_path, "info", &[]).await;
     let pid = operator.id().unwrap();
-    let probe_addr = format!("127.0.0.1:{probes}").parse().unwrap();
-    support::wait_ready(probe_addr).await;
 
     let through = Client::new(proxied, ClientOptions::default()).unwrap();
     let factory = InformerFactory::new(through).namespace(&ns);
@@ -181,47 +165,10 @@ async fn run(scenario: Scenario) {
     wait_until(
         "every Memcached settled, the deleted ones gone",
         CONVERGE,
-        async || {
-            let list = memcacheds
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let names: BTreeSet<String> = list
-                .items
-                .iter()
-                .filter_map(|m| m.metadata.name.clone())
-                .collect();
-            if names != want {
-                return Err(format!("listed {names:?}, want {want:?}"));
-            }
-            let deps: BTreeMap<String, Deployment> = deployments
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .into_iter()
-                .map(|d| (d.metadata.name.clone().unwrap_or_default(), d))
-                .collect();
-            list.items.iter().try_for_each(|mc| settled(mc, &deps))
-        },
+        async || converged(&memcacheds, &deployments, &want, settled).await,
     )
     .await;
-    wait_until(
-        "the informer's cache equals a fresh LIST",
-        CONVERGE,
-        async || {
-            let fresh = memcacheds
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let fresh = versions(&fresh.items);
-            let cached = versions(informer.get_indexer().list().iter().map(|m| &**m));
-            (cached == fresh)
-                .then_some(())
-                .ok_or(format!("cache {cached:?}\nLIST  {fresh:?}"))
-        },
-    )
-    .await;
+    cache_matches_list(&memcacheds, &informer).await;
     summary.converge_secs = converging.elapsed().as_secs_f64();
     summary.remaining = want.len();
 
@@ -244,28 +191,7 @@ async fn run(scenario: Scenario) {
     );
     summary.print(proxy.seed);
 
-    // The remaining Memcacheds carry the operator's finalizer: delete them while it runs, so
-    // that it lets go, or the namespace would stay Terminating for good.
-    for name in &want {
-        memcacheds
-            .delete(name, &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    wait_until(
-        "the operator released every Memcached",
-        CONVERGE,
-        async || {
-            let left = memcacheds
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .len();
-            (left == 0).then_some(()).ok_or(format!("{left} left"))
-        },
-    )
-    .await;
+    release_all(&memcacheds, want.iter().map(String::as_str)).await;
     let _ = stop.send(());
     operator.start_kill().unwrap();
     let _ = operator.wait().await;
@@ -318,23 +244,8 @@ async fn what_changes_during_a_disconnect_and_compaction_is_reconciled_once_reco
     let dir = std::env::temp_dir().join(support::unique("mc-gap"));
     std::fs::create_dir_all(&dir).unwrap();
     let log_path = dir.join("operator.log");
-    let probes = support::free_port();
-    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
-        .arg("--kubeconfig")
-        .arg(cluster::kubeconfig_through(proxy.addr, &dir))
-        .args([
-            "--namespace",
-            &ns,
-            "--metrics-bind-address=0",
-            &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
-            "--log-format=json",
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    support::wait_ready(format!("127.0.0.1:{probes}").parse().unwrap()).await;
+    let kubeconfig = cluster::kubeconfig_through(proxy.addr, &dir);
+    let mut operator = start_operator(&kubeconfig, &ns, &log_path, "info", &[]).await;
 
     let memcacheds = Api::<Memcached>::namespaced(client.clone(), &ns);
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
@@ -344,31 +255,18 @@ async fn what_changes_during_a_disconnect_and_compaction_is_reconciled_once_reco
             .await
             .unwrap();
     }
+    // Exactly these Memcacheds settled, and exactly their Deployments left.
     let settled_as = async |want: &[&str]| {
         let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
         wait_until(&format!("exactly {want:?} settled"), CONVERGE, async || {
-            let list = memcacheds
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let deps: BTreeMap<String, Deployment> = deployments
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .into_iter()
-                .map(|d| (d.metadata.name.clone().unwrap_or_default(), d))
+            converged(&memcacheds, &deployments, &want, settled).await?;
+            let deployed: BTreeSet<String> = deployments_by_name(&deployments)
+                .await?
+                .into_keys()
                 .collect();
-            let names: BTreeSet<String> = list
-                .items
-                .iter()
-                .filter_map(|m| m.metadata.name.clone())
-                .collect();
-            let deployed: BTreeSet<String> = deps.keys().cloned().collect();
-            if names != want || deployed != want {
-                return Err(format!("Memcacheds {names:?}, Deployments {deployed:?}"));
-            }
-            list.items.iter().try_for_each(|mc| settled(mc, &deps))
+            (deployed == want)
+                .then_some(())
+                .ok_or(format!("Deployments {deployed:?}"))
         })
         .await
     };
@@ -436,10 +334,7 @@ async fn what_changes_during_a_disconnect_and_compaction_is_reconciled_once_reco
         reasons_logged(&log, mark, "Scaled"),
     );
 
-    for name in ["created", "redeployed", "scaled"] {
-        memcacheds.delete(name, &delete).await.unwrap();
-    }
-    settled_as(&[]).await;
+    release_all(&memcacheds, ["created", "redeployed", "scaled"]).await;
     operator.start_kill().unwrap();
     let _ = operator.wait().await;
     cluster::delete_namespace(&client, &ns).await;

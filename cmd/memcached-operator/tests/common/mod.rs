@@ -1,12 +1,144 @@
-//! What the operator's fault tests share: a Memcached spec, the identity a cache must agree
-//! on with the server, whether a Memcached has settled, and a process's resident memory.
+//! What the operator's fault tests share: starting the operator binary, a Memcached spec,
+//! the identity a cache must agree on with the server, waiting for every Memcached to settle
+//! and for the operator to release them, and a process's resident memory.
+//!
+//! A test binary using it declares `mod support;` (tests/support) beside `mod common;`.
 
 #![allow(dead_code)] // each test binary uses a part of it
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
 
+use controller_runtime::client::{Api, DeleteParams, ListParams};
+use controller_runtime::informer::SharedIndexInformer;
 use k8s_openapi::api::apps::v1::Deployment;
 use memcached_operator::api::{Memcached, MemcachedSpec, condition};
+
+use crate::support::{self, CONVERGE, wait_until};
+
+/// Starts the operator binary with `--kubeconfig kubeconfig`, scoped to namespace `ns`, its
+/// metrics off, logging JSON at `RUST_LOG=rust_log` into the file `log`, with `args` besides;
+/// returns once its readiness probe passes (its caches have synced).
+pub async fn start_operator(
+    kubeconfig: &Path,
+    ns: &str,
+    log: &Path,
+    rust_log: &str,
+    args: &[&str],
+) -> tokio::process::Child {
+    let probes = support::free_port();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args([
+            "--namespace",
+            ns,
+            "--metrics-bind-address=0",
+            &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
+            "--log-format=json",
+        ])
+        .args(args)
+        .env("RUST_LOG", rust_log)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    support::wait_ready(format!("127.0.0.1:{probes}").parse().unwrap()).await;
+    child
+}
+
+/// What a Memcached must satisfy, given the namespace's Deployments by name: [`settled`] or
+/// [`written`].
+pub type Check = fn(&Memcached, &BTreeMap<String, Deployment>) -> Result<(), String>;
+
+/// Whether exactly the Memcacheds `names` exist in the namespace, each passing `check`.
+pub async fn converged(
+    memcacheds: &Api<Memcached>,
+    deployments: &Api<Deployment>,
+    names: &BTreeSet<String>,
+    check: Check,
+) -> Result<(), String> {
+    let list = memcacheds
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let listed: BTreeSet<String> = list
+        .items
+        .iter()
+        .filter_map(|m| m.metadata.name.clone())
+        .collect();
+    if &listed != names {
+        return Err(format!("listed {listed:?}, want {names:?}"));
+    }
+    let deps = deployments_by_name(deployments).await?;
+    list.items.iter().try_for_each(|mc| check(mc, &deps))
+}
+
+/// The namespace's Deployments, by name.
+pub async fn deployments_by_name(
+    deployments: &Api<Deployment>,
+) -> Result<BTreeMap<String, Deployment>, String> {
+    Ok(deployments
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .map(|d| (d.metadata.name.clone().unwrap_or_default(), d))
+        .collect())
+}
+
+/// Waits until `informer`'s cache holds what a fresh LIST returns: the same names at the same
+/// resourceVersions.
+pub async fn cache_matches_list(
+    memcacheds: &Api<Memcached>,
+    informer: &Arc<SharedIndexInformer<Memcached>>,
+) {
+    wait_until(
+        "the informer's cache equals a fresh LIST",
+        CONVERGE,
+        async || {
+            let fresh = memcacheds
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let fresh = versions(&fresh.items);
+            let cached = versions(informer.get_indexer().list().iter().map(|m| &**m));
+            (cached == fresh)
+                .then_some(())
+                .ok_or(format!("cache {cached:?}\nLIST  {fresh:?}"))
+        },
+    )
+    .await;
+}
+
+/// Deletes the Memcacheds `names` and waits until the operator, still running, has let go of
+/// every one (they carry its finalizer: without it the namespace would stay Terminating).
+pub async fn release_all(memcacheds: &Api<Memcached>, names: impl IntoIterator<Item = &str>) {
+    for name in names {
+        memcacheds
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    wait_until(
+        "the operator released every Memcached",
+        CONVERGE,
+        async || {
+            let left = memcacheds
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len();
+            (left == 0).then_some(()).ok_or(format!("{left} left"))
+        },
+    )
+    .await;
+}
 
 /// `VmRSS` of process `pid`, in KiB.
 pub fn rss_kib(pid: u32) -> u64 {
