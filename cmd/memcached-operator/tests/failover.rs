@@ -26,13 +26,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{converged, release_all, settled, spec, start_operator};
+use common::{converged, release_all, settled, setup, spec, start_operator, teardown};
 use controller_runtime::client::{Api, Patch, PatchParams, PostParams};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use memcached_operator::api::Memcached;
 use serde_json::Value;
-use support::cluster::{self, create_namespace};
+use support::cluster;
 use support::fault_proxy::Rng;
 use support::{CONVERGE, wait_until};
 
@@ -172,13 +172,7 @@ impl Audit {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs cluster"]
 async fn killing_the_leader_under_load_never_lets_two_leaders_reconcile_at_once() {
-    let client = cluster::client();
-    memcached_operator::install_crd(&client, CONVERGE)
-        .await
-        .unwrap();
-    let ns = create_namespace(&client, "mc-failover-load").await;
-    let dir = std::env::temp_dir().join(support::unique("mc-failover-load"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let (client, ns, dir) = setup("mc-failover-load").await;
     let memcacheds = Api::<Memcached>::namespaced(client.clone(), &ns);
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
     let leases = Api::<Lease>::namespaced(client.clone(), &ns);
@@ -344,6 +338,5 @@ async fn killing_the_leader_under_load_never_lets_two_leaders_reconcile_at_once(
             c.kill().await;
         }
     }
-    cluster::delete_namespace(&client, &ns).await;
-    let _ = std::fs::remove_dir_all(&dir);
+    teardown(&client, &ns, &dir).await;
 }

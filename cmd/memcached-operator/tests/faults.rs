@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::{
-    cache_matches_list, converged, deployments_by_name, release_all, rss_kib, settled, spec,
-    start_operator,
+    cache_matches_list, converged, deployments_by_name, release_all, rss_kib, settled, setup, spec,
+    start_operator, teardown,
 };
 use controller_runtime::client::{
     Api, Client, ClientOptions, DeleteParams, Patch, PatchParams, PostParams,
@@ -26,7 +26,7 @@ use controller_runtime::client::{
 use controller_runtime::informers::InformerFactory;
 use k8s_openapi::api::apps::v1::Deployment;
 use memcached_operator::api::Memcached;
-use support::cluster::{self, create_namespace};
+use support::cluster;
 use support::fault_proxy::{FaultCounts, FaultProxy, FaultRates, Rng};
 use support::{CONVERGE, wait_until};
 
@@ -80,16 +80,10 @@ impl Summary {
 }
 
 async fn run(scenario: Scenario) {
-    let client = cluster::client();
-    memcached_operator::install_crd(&client, CONVERGE)
-        .await
-        .unwrap();
-    let ns = create_namespace(&client, "mc-faults").await;
+    let (client, ns, dir) = setup("mc-faults").await;
     let (proxy, proxied) = FaultProxy::to_cluster(scenario.rates.clone()).await;
     // Start clean: faults begin once the operator and the informer are up.
     proxy.set_faults(false);
-    let dir = std::env::temp_dir().join(support::unique("mc-faults"));
-    std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = proxy.kubeconfig_in(&dir);
     let log_path = dir.join("operator.log");
     let mut operator = start_operator(&kubeconfig, &ns, &log_path, "info", &[]).await;
@@ -196,8 +190,7 @@ async fn run(scenario: Scenario) {
     operator.start_kill().unwrap();
     let _ = operator.wait().await;
     drop(proxy);
-    cluster::delete_namespace(&client, &ns).await;
-    let _ = std::fs::remove_dir_all(&dir);
+    teardown(&client, &ns, &dir).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,14 +228,8 @@ fn reasons_logged(log: &str, from: usize, reason: &str) -> BTreeMap<String, usiz
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs cluster"]
 async fn what_changes_during_a_disconnect_and_compaction_is_reconciled_once_reconnected() {
-    let client = cluster::client();
-    memcached_operator::install_crd(&client, CONVERGE)
-        .await
-        .unwrap();
-    let ns = create_namespace(&client, "mc-gap").await;
+    let (client, ns, dir) = setup("mc-gap").await;
     let (proxy, _) = cluster::CuttableProxy::to_cluster().await;
-    let dir = std::env::temp_dir().join(support::unique("mc-gap"));
-    std::fs::create_dir_all(&dir).unwrap();
     let log_path = dir.join("operator.log");
     let kubeconfig = cluster::kubeconfig_through(proxy.addr, &dir);
     let mut operator = start_operator(&kubeconfig, &ns, &log_path, "info", &[]).await;
@@ -337,8 +324,7 @@ async fn what_changes_during_a_disconnect_and_compaction_is_reconciled_once_reco
     release_all(&memcacheds, ["created", "redeployed", "scaled"]).await;
     operator.start_kill().unwrap();
     let _ = operator.wait().await;
-    cluster::delete_namespace(&client, &ns).await;
-    let _ = std::fs::remove_dir_all(&dir);
+    teardown(&client, &ns, &dir).await;
 }
 
 /// `make soak`: the same for `SOAK_SECONDS` (default 300) with heavy faults. Skipped (it

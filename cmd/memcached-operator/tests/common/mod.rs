@@ -7,16 +7,36 @@
 #![allow(dead_code)] // each test binary uses a part of it
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 
-use controller_runtime::client::{Api, DeleteParams, ListParams};
+use controller_runtime::client::{Api, Client, DeleteParams, ListParams};
 use controller_runtime::informer::SharedIndexInformer;
 use k8s_openapi::api::apps::v1::Deployment;
 use memcached_operator::api::{Memcached, MemcachedSpec, condition};
 
-use crate::support::{self, CONVERGE, wait_until};
+use crate::support::{self, CONVERGE, cluster, wait_until};
+
+/// What each test runs in: a client on the cluster with the Memcached CRD installed, a fresh
+/// namespace and a scratch directory (kubeconfigs, the operators' logs), both named
+/// `prefix-<pid>-<n>`. [`teardown`] removes both.
+pub async fn setup(prefix: &str) -> (Client, String, PathBuf) {
+    let client = cluster::client();
+    memcached_operator::install_crd(&client, CONVERGE)
+        .await
+        .unwrap();
+    let ns = cluster::create_namespace(&client, prefix).await;
+    let dir = std::env::temp_dir().join(support::unique(prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    (client, ns, dir)
+}
+
+/// Deletes what [`setup`] made.
+pub async fn teardown(client: &Client, ns: &str, dir: &Path) {
+    cluster::delete_namespace(client, ns).await;
+    let _ = std::fs::remove_dir_all(dir);
+}
 
 /// Starts the operator binary with `--kubeconfig kubeconfig`, scoped to namespace `ns`, its
 /// metrics off, logging JSON at `RUST_LOG=rust_log` into the file `log`, with `args` besides;
