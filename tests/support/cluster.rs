@@ -132,18 +132,20 @@ pub fn kubeconfig_through(addr: SocketAddr, dir: &Path) -> PathBuf {
     path
 }
 
-/// Stops kube-apiserver and starts it again in place (`testenv restart-apiserver`): the same
-/// port, certificates and etcd. Returns once it is ready again.
-pub fn restart_apiserver() {
+/// Stops each of `components` (testenv's names: `kube-apiserver`, `kube-controller-manager`,
+/// ...) and starts it again in place, in order (`testenv restart`): the same ports,
+/// certificates and etcd. Returns once the last serves again.
+pub fn restart(components: &[&str]) {
     let dir = testenv_dir();
     let out = std::process::Command::new(dir.join("bin/testenv"))
-        .args(["restart-apiserver", "--dir"])
+        .args(["restart", "--dir"])
         .arg(&dir)
+        .args(components)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "testenv restart-apiserver: {}{}",
+        "testenv restart {components:?}: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );

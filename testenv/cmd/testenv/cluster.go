@@ -250,11 +250,7 @@ func up(dir string, nodes int) (err error) {
 	if err != nil {
 		return err
 	}
-	// The controller manager and scheduler serve their health checks over TLS with
-	// certificates they sign themselves; these probes only ask whether they are up.
-	selfSigned := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback health probe
-	}}
+	selfSigned := selfSignedHTTP()
 	for _, c := range []struct {
 		pr     proc
 		client *http.Client
@@ -337,33 +333,53 @@ func runDown(args []string) error {
 	return nil
 }
 
-// runRestartAPIServer stops the recorded kube-apiserver by its pid and starts it again with
-// the same arguments: the same port, certificates and etcd, so clients keep their
-// kubeconfig and resume their watches, as they must through a control-plane upgrade.
-func runRestartAPIServer(args []string) error {
-	dir, err := dirFlags("restart-apiserver", args, nil)
+// runRestart stops each named component by its recorded pid and starts it again with the
+// same arguments, in the order given, waiting for each to serve before the next: the same
+// ports, certificates and etcd, so clients keep their kubeconfig and resume their watches,
+// as they must through a control-plane upgrade.
+func runRestart(args []string) error {
+	var fs *flag.FlagSet
+	dir, err := dirFlags("restart", args, func(f *flag.FlagSet) { fs = f })
 	if err != nil {
 		return err
+	}
+	if fs.NArg() == 0 {
+		return errors.New("name the components to restart, e.g. kube-apiserver")
 	}
 	st, err := loadState(dir)
 	if err != nil {
 		return fmt.Errorf("no cluster recorded in %s (start one with `make cluster`)", dir)
 	}
-	i := slices.IndexFunc(st.Procs, func(p proc) bool { return p.Name == "kube-apiserver" })
+	for _, name := range fs.Args() {
+		if err := restart(st, dir, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restart stops component name, starts it again as it was started, records its new pid and
+// waits until it serves.
+func restart(st *state, dir, name string) error {
+	i := slices.IndexFunc(st.Procs, func(p proc) bool { return p.Name == name })
 	if i < 0 {
-		return errors.New("no kube-apiserver recorded in " + statePath(dir))
+		return fmt.Errorf("no %s recorded in %s", name, statePath(dir))
 	}
 	old := st.Procs[i]
 	if len(old.Args) == 0 {
-		return errors.New("kube-apiserver was started by a testenv that did not record its arguments; " +
-			"restart the cluster (make cluster-down cluster)")
+		return fmt.Errorf("%s was started by a testenv that did not record its arguments; "+
+			"restart the cluster (make cluster-down cluster)", name)
+	}
+	serving, err := readiness(old, st, dir)
+	if err != nil {
+		return err
 	}
 	begin := time.Now()
-	fmt.Printf("testenv: stopping kube-apiserver (pid %d)\n", old.Pid)
+	fmt.Printf("testenv: stopping %s (pid %d)\n", name, old.Pid)
 	if err := old.stop(30 * time.Second); err != nil {
 		return err
 	}
-	fmt.Printf("testenv: starting %-24s %s\n", old.Name, old.Endpoint)
+	fmt.Printf("testenv: starting %-24s %s\n", name, old.Endpoint)
 	pr, err := start(old.Name, old.Exe, old.Args, filepath.Dir(old.Log))
 	if err != nil {
 		return err
@@ -373,17 +389,39 @@ func runRestartAPIServer(args []string) error {
 	if err := st.save(dir); err != nil {
 		return err
 	}
-	admin, err := adminHTTP(pki{dir: filepath.Join(dir, "pki")})
-	if err != nil {
+	if err := waitFor(pr, 3*time.Minute, serving); err != nil {
 		return err
 	}
-	if err := waitFor(pr, 3*time.Minute, func() error {
-		return expectBody(admin, st.APIServer+"/readyz", "ok")
-	}); err != nil {
-		return err
-	}
-	fmt.Printf("testenv: kube-apiserver restarted in %.1fs (pid %d)\n", time.Since(begin).Seconds(), pr.Pid)
+	fmt.Printf("testenv: %s restarted in %.1fs (pid %d)\n", name, time.Since(begin).Seconds(), pr.Pid)
 	return nil
+}
+
+// readiness is the check that component pr serves, as `up` waits for it.
+func readiness(pr proc, st *state, dir string) (func() error, error) {
+	plain := &http.Client{Timeout: 5 * time.Second}
+	switch pr.Name {
+	case "etcd":
+		return func() error { return expectBody(plain, st.Etcd+"/health", `"health":"true"`) }, nil
+	case "kube-apiserver":
+		admin, err := adminHTTP(pki{dir: filepath.Join(dir, "pki")})
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return expectBody(admin, st.APIServer+"/readyz", "ok") }, nil
+	case "kube-controller-manager", "kube-scheduler":
+		return func() error { return expectBody(selfSignedHTTP(), pr.Endpoint+"/healthz", "ok") }, nil
+	case "kwok":
+		return func() error { return expectBody(plain, pr.Endpoint+"/healthz", "ok") }, nil
+	}
+	return nil, fmt.Errorf("no readiness check for %s", pr.Name)
+}
+
+// selfSignedHTTP is a client for the controller manager's and the scheduler's health checks,
+// served over TLS with certificates they sign themselves: it only asks whether they are up.
+func selfSignedHTTP() *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback health probe
+	}}
 }
 
 // healthy reports why the recorded cluster is not usable, or nil.

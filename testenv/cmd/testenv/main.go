@@ -8,9 +8,10 @@
 //	testenv down    --dir DIR   stop every process `up` started, by recorded pid
 //	testenv status  --dir DIR   report the running cluster; exit 1 if none is healthy
 //	testenv compact --dir DIR   compact etcd up to its current revision
-//	testenv restart-apiserver --dir DIR
-//	                            stop kube-apiserver and start it again in place: same
-//	                            port, certificates and etcd, as a control-plane upgrade does
+//	testenv restart --dir DIR NAME...
+//	                            stop each named component (kube-apiserver, ...) and start it
+//	                            again in place: same ports, certificates and etcd, as a
+//	                            control-plane upgrade does
 //	testenv etcd    ...         run the embedded etcd server (started by `up`)
 //
 // DIR (default target/testenv) holds bin/ (the binaries), pki/, the etcd data, logs/,
@@ -39,8 +40,8 @@ func main() {
 		err = runStatus(args)
 	case "compact":
 		err = runCompact(args)
-	case "restart-apiserver":
-		err = runRestartAPIServer(args)
+	case "restart":
+		err = runRestart(args)
 	case "etcd":
 		err = runEtcd(args)
 	default:
@@ -53,7 +54,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: testenv up|down|status|compact|restart-apiserver [--dir DIR]")
+	fmt.Fprintln(os.Stderr, "usage: testenv up|down|status|compact|restart [--dir DIR]")
 	os.Exit(2)
 }
 

@@ -24,7 +24,7 @@ type proc struct {
 	// Exe is the binary the pid must be running; a pid whose /proc/PID/exe differs was
 	// reused by another program and is never signalled.
 	Exe string `json:"exe"`
-	// Args are the arguments it was started with, so `restart-apiserver` can start it again
+	// Args are the arguments it was started with, so `restart` can start it again
 	// exactly so.
 	Args []string `json:"args"`
 	// Endpoint is where the component serves, for the status report.
