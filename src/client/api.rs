@@ -309,19 +309,19 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
         let path = self.object_path(name, None)?;
         let req = Req::new(Method::DELETE, path).json_body(to_json(params)?);
         let value: serde_json::Value = self.client.request_json(req).await?;
-        if value.get("kind").and_then(|k| k.as_str()) == Some("Status") {
-            let status: Status = serde_json::from_value(value).map_err(|source| Error::Decode {
-                what: format!("the Status from deleting {name}"),
+        let failed = |what: &str| {
+            let what = format!("{what} deleting {name}");
+            |source| Error::Decode {
+                what,
                 source,
                 snippet: String::new(),
-            })?;
+            }
+        };
+        if value.get("kind").and_then(|k| k.as_str()) == Some("Status") {
+            let status = serde_json::from_value(value).map_err(failed("the Status from"))?;
             Ok(DeleteResult::Deleted(Box::new(status)))
         } else {
-            let object: K = serde_json::from_value(value).map_err(|source| Error::Decode {
-                what: format!("the object returned by deleting {name}"),
-                source,
-                snippet: String::new(),
-            })?;
+            let object = serde_json::from_value(value).map_err(failed("the object returned by"))?;
             Ok(DeleteResult::Pending(object))
         }
     }

@@ -140,33 +140,22 @@ fn status_hint(s: &Status) -> Option<&'static str> {
     }
 }
 
-/// The cause of a transport failure, and its fix where one is known: found by walking the
-/// causes (hyper's own message, "client error (Connect)", names none); otherwise every
-/// cause's message, joined.
+/// The cause of a transport failure, and its fix where one is known (hyper's own message,
+/// "client error (Connect)", names none); otherwise every cause's message, joined.
 fn describe_transport(url: &str, source: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = Some(source);
-    while let Some(e) = cause {
-        let io = e.downcast_ref::<std::io::Error>();
-        if io.is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused) {
-            let at = url
-                .parse::<http::Uri>()
-                .ok()
-                .and_then(|u| u.authority().map(ToString::to_string))
-                .unwrap_or_else(|| url.to_owned());
-            return format!(
-                "connection refused: nothing listens at {at}; check that the API server is \
-                 running and that the configuration's server address is right"
-            );
-        }
-        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return describe_tls(tls);
-        }
-        // An io::Error's `source` skips the error it wraps (which may be another io::Error
-        // around rustls's), so go inside it instead.
-        cause = match io.and_then(|io| io.get_ref()) {
-            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
-            None => e.source(),
-        };
+    if causes(source).any(is_refusal) {
+        let at = url
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.authority().map(ToString::to_string))
+            .unwrap_or_else(|| url.to_owned());
+        return format!(
+            "connection refused: nothing listens at {at}; check that the API server is \
+             running and that the configuration's server address is right"
+        );
+    }
+    if let Some(tls) = causes(source).find_map(|e| e.downcast_ref::<rustls::Error>()) {
+        return describe_tls(tls);
     }
     let mut text = source.to_string();
     let mut cause = source.source();
@@ -178,6 +167,28 @@ fn describe_transport(url: &str, source: &(dyn std::error::Error + 'static)) -> 
         cause = e.source();
     }
     text
+}
+
+/// `error` and its causes, outermost first. An io::Error's `source` skips the error it
+/// wraps (which may be another io::Error around rustls's), so the walk goes inside it.
+fn causes<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(error), |e| {
+        match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        }
+    })
+}
+
+/// Whether `e` is a refused connection.
+fn is_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 
 /// A TLS failure in the words of the configuration that can fix it.
@@ -298,25 +309,34 @@ impl Error {
         self.code() == Some(504) || self.reason() == Some("Timeout")
     }
 
-    /// The server has not yet seen the `resourceVersion` asked for ("Too large resource
-    /// version"). A reflector answers by listing from the latest state instead.
+    /// The server has not yet seen the `resourceVersion` asked for, in every form API
+    /// servers say so (client-go's `isTooLargeResourceVersionError`): a cause with reason
+    /// `ResourceVersionTooLarge`, or a message naming it (servers before 1.17); and, from
+    /// servers 1.17.0 to 1.18.5, a `Timeout` whose cause names it only in its message. A
+    /// reflector answers by listing from the latest state instead.
     pub fn is_resource_version_too_large(&self) -> bool {
+        const TOO_LARGE: &str = "Too large resource version";
         let Some(status) = self.status() else {
             return false;
         };
-        let cause = status
-            .details
-            .as_ref()
-            .and_then(|d| d.causes.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.reason.as_deref() == Some("ResourceVersionTooLarge"))
-            });
-        cause
-            || status
-                .message
-                .as_deref()
-                .is_some_and(|m| m.contains("Too large resource version"))
+        let causes = || {
+            status
+                .details
+                .iter()
+                .flat_map(|d| d.causes.iter().flatten())
+        };
+        let says = |m: &Option<String>| m.as_deref().is_some_and(|m| m.contains(TOO_LARGE));
+        says(&status.message)
+            || causes().any(|c| c.reason.as_deref() == Some("ResourceVersionTooLarge"))
+            || (self.is_server_timeout() && causes().any(|c| says(&c.message)))
+    }
+
+    /// The connection was refused: nothing listened at the server's address.
+    pub fn is_connection_refused(&self) -> bool {
+        match self {
+            Error::Transport { source, .. } => causes(source.as_ref()).any(is_refusal),
+            _ => false,
+        }
     }
 }
 
@@ -434,17 +454,25 @@ mod tests {
     #[error("client error (Connect)")]
     struct Opaque(#[source] std::io::Error);
 
-    fn transport(cause: std::io::Error) -> String {
+    fn transport_error(cause: std::io::Error) -> Error {
         Error::Transport {
             url: "https://127.0.0.1:1/api/v1/pods".to_owned(),
             source: Box::new(Opaque(cause)),
         }
-        .to_string()
+    }
+
+    fn transport(cause: std::io::Error) -> String {
+        transport_error(cause).to_string()
     }
 
     #[test]
-    fn a_refused_connection_names_the_address_tried() {
-        let refused = transport(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+    fn a_refused_connection_is_found_among_the_causes_and_names_the_address_tried() {
+        let refusal = || std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(transport_error(refusal()).is_connection_refused());
+        // Inside an io::Error, whose `source` would skip it.
+        assert!(transport_error(std::io::Error::other(refusal())).is_connection_refused());
+        assert!(!transport_error(std::io::Error::other("reset by peer")).is_connection_refused());
+        let refused = transport(refusal());
         assert!(
             refused.starts_with("request to https://127.0.0.1:1/api/v1/pods failed: connection refused: nothing listens at 127.0.0.1:1;"),
             "{refused}"

@@ -82,7 +82,7 @@ impl<K: WatchObject + Send> EventStream<K> for ApiEventStream<K> {
 pub(crate) fn classify(error: Error) -> LwError {
     let kind = if error.is_gone() {
         ErrorKind::Gone
-    } else if too_large_resource_version(&error) {
+    } else if error.is_resource_version_too_large() {
         ErrorKind::TooLargeResourceVersion
     } else if error.is_too_many_requests() {
         ErrorKind::TooManyRequests
@@ -90,7 +90,9 @@ pub(crate) fn classify(error: Error) -> LwError {
         ErrorKind::InternalError
     } else {
         match &error {
-            Error::Transport { .. } if refused(&error) => ErrorKind::ConnectionRefused,
+            Error::Transport { .. } if error.is_connection_refused() => {
+                ErrorKind::ConnectionRefused
+            }
             Error::Decode { .. } | Error::TruncatedFrame { .. } | Error::Body { .. } => {
                 ErrorKind::Stream
             }
@@ -100,41 +102,6 @@ pub(crate) fn classify(error: Error) -> LwError {
         }
     };
     LwError::new(kind, error)
-}
-
-/// Whether the server has not yet reached the resourceVersion asked for, in every form API
-/// servers say so (client-go's `isTooLargeResourceVersionError`): a cause with reason
-/// `ResourceVersionTooLarge`, or a message naming it (servers before 1.17); and, from servers
-/// 1.17.0 to 1.18.5, a `Timeout` whose cause only says "Too large resource version" in its
-/// message, with no reason.
-fn too_large_resource_version(error: &Error) -> bool {
-    if error.is_resource_version_too_large() {
-        return true;
-    }
-    let Some(details) = error.status().and_then(|s| s.details.as_ref()) else {
-        return false;
-    };
-    error.is_server_timeout()
-        && details.causes.iter().flatten().any(|cause| {
-            cause
-                .message
-                .as_deref()
-                .is_some_and(|m| m.contains("Too large resource version"))
-        })
-}
-
-/// Whether a connection was refused, somewhere in the error's causes.
-fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::ConnectionRefused
-        {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
 }
 
 #[cfg(test)]
