@@ -147,10 +147,7 @@ func up(dir string, nodes int) (err error) {
 	if err != nil {
 		return err
 	}
-	plain := &http.Client{Timeout: 5 * time.Second}
-	if err := waitFor(pr, time.Minute, func() error {
-		return expectBody(plain, st.Etcd+"/health", `"health":"true"`)
-	}); err != nil {
+	if err := waitServing(pr, st, dir, time.Minute); err != nil {
 		return err
 	}
 
@@ -190,13 +187,7 @@ func up(dir string, nodes int) (err error) {
 	if err != nil {
 		return err
 	}
-	admin, err := adminHTTP(p)
-	if err != nil {
-		return err
-	}
-	if err := waitFor(pr, 3*time.Minute, func() error {
-		return expectBody(admin, st.APIServer+"/readyz", "ok")
-	}); err != nil {
+	if err := waitServing(pr, st, dir, 3*time.Minute); err != nil {
 		return err
 	}
 	if err := writeKubeconfig(st.Kubeconfig, st.APIServer, p); err != nil {
@@ -250,14 +241,8 @@ func up(dir string, nodes int) (err error) {
 	if err != nil {
 		return err
 	}
-	selfSigned := selfSignedHTTP()
-	for _, c := range []struct {
-		pr     proc
-		client *http.Client
-	}{{kcm, selfSigned}, {sched, selfSigned}, {kwok, plain}} {
-		if err := waitFor(c.pr, 2*time.Minute, func() error {
-			return expectBody(c.client, c.pr.Endpoint+"/healthz", "ok")
-		}); err != nil {
+	for _, pr := range []proc{kcm, sched, kwok} {
+		if err := waitServing(pr, st, dir, 2*time.Minute); err != nil {
 			return err
 		}
 	}
@@ -370,6 +355,7 @@ func restart(st *state, dir, name string) error {
 		return fmt.Errorf("%s was started by a testenv that did not record its arguments; "+
 			"restart the cluster (make cluster-down cluster)", name)
 	}
+	// Known before the component is stopped, so a name without a check stops nothing.
 	serving, err := readiness(old, st, dir)
 	if err != nil {
 		return err
@@ -396,7 +382,16 @@ func restart(st *state, dir, name string) error {
 	return nil
 }
 
-// readiness is the check that component pr serves, as `up` waits for it.
+// waitServing waits until component pr serves, or fails if it exits or timeout passes.
+func waitServing(pr proc, st *state, dir string, timeout time.Duration) error {
+	serving, err := readiness(pr, st, dir)
+	if err != nil {
+		return err
+	}
+	return waitFor(pr, timeout, serving)
+}
+
+// readiness is the check that component pr serves: what `up` and `restart` wait for.
 func readiness(pr proc, st *state, dir string) (func() error, error) {
 	plain := &http.Client{Timeout: 5 * time.Second}
 	switch pr.Name {
