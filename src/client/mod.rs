@@ -23,17 +23,6 @@
 //! offers HTTP/2 (every kube-apiserver does), all requests, watches included, share one TLS
 //! connection.
 //!
-//! # Speed
-//!
-//! An optimisation stays in the client only if it moves a number a user would notice — a row
-//! of `make bench-decode`, `make bench-informer` (sync, bytes per cached object) or `make
-//! bench-operator` — by 10 % or more, and adds no `unsafe` and no hidden thread. [`Raw`]
-//! meets it several times over: one validating scan instead of building `K` per event, and
-//! compact JSON instead of `K`'s tree in the cache (`BENCHMARKS.md`, "Watch decoding" and
-//! "Informer"). The scanner itself is safe portable code reading eight bytes at a time; a
-//! SIMD classifier saves work on long and escape-dense strings, but needs `unsafe`, which
-//! the crate forbids.
-//!
 //! ```no_run
 //! use controller_runtime::client::{Api, Client, ListParams};
 //! use k8s_openapi::api::core::v1::ConfigMap;
@@ -47,6 +36,17 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Speed
+//!
+//! An optimisation stays in the client only if it moves a number a user would notice — a row
+//! of `make bench-decode`, `make bench-informer` (sync, bytes per cached object) or `make
+//! bench-operator` — by 10 % or more, and adds no `unsafe` and no hidden thread. [`Raw`]
+//! meets it several times over: one validating scan instead of building `K` per event, and
+//! compact JSON instead of `K`'s tree in the cache (`BENCHMARKS.md`, "Watch decoding" and
+//! "Informer"). The scanner itself is safe portable code reading eight bytes at a time; a
+//! SIMD classifier saves work on long and escape-dense strings, but needs `unsafe`, which
+//! the crate forbids.
 
 /// Implements `informer::Object` (and [`WatchObject`]) for a type with a `metadata:
 /// ObjectMeta` field.
