@@ -144,20 +144,17 @@ impl<K> Api<K> {
 
     fn object_path(&self, name: &str, subresource: Option<&str>) -> Result<String> {
         check_name(name)?;
-        let mut path = self.collection_path();
-        path.push('/');
-        path.push_str(name);
-        if let Some(sub) = subresource {
-            path.push('/');
-            path.push_str(sub);
-        }
-        Ok(path)
+        let path = self.collection_path() + "/" + name;
+        Ok(match subresource {
+            Some(sub) => path + "/" + sub,
+            None => path,
+        })
     }
 }
 
-/// Names become path segments: they must not be empty, contain `/`, or be `.` or `..`.
+/// Names become path segments: they must not be empty, contain `/` or `%`, or be `.` or `..`.
 fn check_name(name: &str) -> Result<()> {
-    if name.is_empty() || name.contains('/') || name == "." || name == ".." || name.contains('%') {
+    if name.is_empty() || name.contains(['/', '%']) || name == "." || name == ".." {
         return Err(Error::InvalidRequest(format!(
             "{name:?} is not a valid object name"
         )));
@@ -309,19 +306,17 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
         let path = self.object_path(name, None)?;
         let req = Req::new(Method::DELETE, path).json_body(to_json(params)?);
         let value: serde_json::Value = self.client.request_json(req).await?;
-        let failed = |what: &str| {
-            let what = format!("{what} deleting {name}");
-            |source| Error::Decode {
-                what,
-                source,
-                snippet: String::new(),
-            }
+        let failed = |what: &str, source| Error::Decode {
+            what: format!("{what} deleting {name}"),
+            source,
+            snippet: String::new(),
         };
         if value.get("kind").and_then(|k| k.as_str()) == Some("Status") {
-            let status = serde_json::from_value(value).map_err(failed("the Status from"))?;
+            let status = serde_json::from_value(value).map_err(|e| failed("the Status from", e))?;
             Ok(DeleteResult::Deleted(Box::new(status)))
         } else {
-            let object = serde_json::from_value(value).map_err(failed("the object returned by"))?;
+            let object =
+                serde_json::from_value(value).map_err(|e| failed("the object returned by", e))?;
             Ok(DeleteResult::Pending(object))
         }
     }
@@ -419,7 +414,7 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
         params: &PatchParams,
         patch: &Patch<P>,
     ) -> Result<K> {
-        if patch.is_apply() && params.field_manager.is_none() {
+        if matches!(patch, Patch::Apply(_)) && params.field_manager.is_none() {
             return Err(Error::InvalidRequest(
                 "server-side apply needs a field manager (PatchParams::apply)".into(),
             ));

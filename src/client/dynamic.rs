@@ -47,18 +47,21 @@ impl ApiResource {
 
     /// The collection's path, in `namespace` if given.
     pub fn collection_path(&self, namespace: Option<&str>) -> String {
-        let mut path = if self.group.is_empty() {
-            format!("/api/{}", self.version)
-        } else {
-            format!("/apis/{}/{}", self.group, self.version)
-        };
-        if let Some(ns) = namespace {
-            path.push_str("/namespaces/");
-            path.push_str(ns);
+        let prefix = group_version_path(&self.group, &self.version);
+        match namespace {
+            Some(ns) => format!("{prefix}/namespaces/{ns}/{}", self.plural),
+            None => format!("{prefix}/{}", self.plural),
         }
-        path.push('/');
-        path.push_str(&self.plural);
-        path
+    }
+}
+
+/// Where the API serves a group/version: `/api/v1` for the core group, else
+/// `/apis/group/version`.
+fn group_version_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{group}/{version}")
     }
 }
 
@@ -92,15 +95,8 @@ impl Client {
     /// [`Error::ResourceNotFound`] if the group/version does not serve that kind;
     /// [`Error::Api`] with 404 if the server has no such group/version.
     pub async fn resolve(&self, api_version: &str, kind: &str) -> Result<ApiResource> {
-        let (group, version) = match api_version.split_once('/') {
-            Some((g, v)) => (g, v),
-            None => ("", api_version),
-        };
-        let path = if group.is_empty() {
-            format!("/api/{version}")
-        } else {
-            format!("/apis/{group}/{version}")
-        };
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let path = group_version_path(group, version);
         let list: APIResourceList = self.request_json(Req::new(Method::GET, path)).await?;
         list.resources
             .iter()

@@ -80,26 +80,18 @@ impl<K: WatchObject + Send> EventStream<K> for ApiEventStream<K> {
 
 /// Sorts a client error into the kind the reflector acts on.
 pub(crate) fn classify(error: Error) -> LwError {
-    let kind = if error.is_gone() {
-        ErrorKind::Gone
-    } else if error.is_resource_version_too_large() {
-        ErrorKind::TooLargeResourceVersion
-    } else if error.is_too_many_requests() {
-        ErrorKind::TooManyRequests
-    } else if error.code() == Some(500) {
-        ErrorKind::InternalError
-    } else {
-        match &error {
-            Error::Transport { .. } if error.is_connection_refused() => {
-                ErrorKind::ConnectionRefused
-            }
-            Error::Decode { .. } | Error::TruncatedFrame { .. } | Error::Body { .. } => {
-                ErrorKind::Stream
-            }
-            #[cfg(feature = "protobuf")]
-            Error::Protobuf { .. } => ErrorKind::Stream,
-            _ => ErrorKind::Other,
+    let kind = match &error {
+        _ if error.is_gone() => ErrorKind::Gone,
+        _ if error.is_resource_version_too_large() => ErrorKind::TooLargeResourceVersion,
+        _ if error.is_too_many_requests() => ErrorKind::TooManyRequests,
+        _ if error.code() == Some(500) => ErrorKind::InternalError,
+        Error::Transport { .. } if error.is_connection_refused() => ErrorKind::ConnectionRefused,
+        Error::Decode { .. } | Error::TruncatedFrame { .. } | Error::Body { .. } => {
+            ErrorKind::Stream
         }
+        #[cfg(feature = "protobuf")]
+        Error::Protobuf { .. } => ErrorKind::Stream,
+        _ => ErrorKind::Other,
     };
     LwError::new(kind, error)
 }

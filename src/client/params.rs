@@ -166,9 +166,7 @@ impl WatchParams {
         self.selector.write(&mut q);
         q.opt("resourceVersion", self.resource_version.as_deref());
         q.opt_num("timeoutSeconds", self.timeout_seconds);
-        if self.bookmarks {
-            q.pair("allowWatchBookmarks", "true");
-        }
+        q.opt("allowWatchBookmarks", self.bookmarks.then_some("true"));
         if self.send_initial_events {
             q.pair("sendInitialEvents", "true");
             q.pair("resourceVersionMatch", "NotOlderThan");
@@ -189,9 +187,7 @@ pub struct PostParams {
 impl PostParams {
     pub(crate) fn query(&self) -> Query {
         let mut q = Query::default();
-        if self.dry_run {
-            q.pair("dryRun", "All");
-        }
+        q.opt("dryRun", self.dry_run.then_some("All"));
         q.opt("fieldManager", self.field_manager.as_deref());
         q
     }
@@ -227,10 +223,6 @@ impl<T: Serialize> Patch<T> {
             Patch::Merge(b) | Patch::Json(b) | Patch::Strategic(b) | Patch::Apply(b) => b,
         }
     }
-
-    pub(crate) fn is_apply(&self) -> bool {
-        matches!(self, Patch::Apply(_))
-    }
 }
 
 /// Options for a patch.
@@ -262,13 +254,9 @@ impl PatchParams {
 
     pub(crate) fn query(&self) -> Query {
         let mut q = Query::default();
-        if self.dry_run {
-            q.pair("dryRun", "All");
-        }
+        q.opt("dryRun", self.dry_run.then_some("All"));
         q.opt("fieldManager", self.field_manager.as_deref());
-        if self.force {
-            q.pair("force", "true");
-        }
+        q.opt("force", self.force.then_some("true"));
         q
     }
 }
