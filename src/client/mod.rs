@@ -348,15 +348,8 @@ impl Client {
         http.set_connect_timeout(Some(Duration::from_secs(30)));
         http.set_keepalive(Some(Duration::from_secs(30)));
 
-        // The connector wants a TLS configuration even for a plain-HTTP server, which
-        // never uses it; only an https server needs a CA.
-        let tls = if scheme == "https" {
-            tls::client_config(&config)?
-        } else {
-            rustls_for_plain_http()
-        };
         let builder = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
+            .with_tls_config(tls::client_config(&config)?)
             .https_or_http();
         let builder = match tls::server_name(&config)? {
             Some(name) => {
@@ -592,13 +585,4 @@ fn retry_after<B>(response: &Response<B>) -> Option<Duration> {
         .parse()
         .ok()?;
     Some(Duration::from_secs(secs))
-}
-
-/// A TLS configuration for a client that only ever speaks plain HTTP: never used.
-fn rustls_for_plain_http() -> rustls::ClientConfig {
-    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth()
 }

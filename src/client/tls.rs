@@ -12,12 +12,18 @@ use super::error::{Error, Result};
 use crate::config::Config;
 
 /// Builds the rustls configuration for `config`. ALPN is left to the connector, which offers
-/// `h2` and `http/1.1`.
+/// `h2` and `http/1.1`. The connector wants one even for a plain-HTTP server, which never
+/// uses it: that one trusts nothing.
 pub(crate) fn client_config(config: &Config) -> Result<ClientConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Build(format!("TLS protocol versions: {e}")))?;
+    if config.cluster_url.scheme_str() != Some("https") {
+        return Ok(builder
+            .with_root_certificates(RootCertStore::empty())
+            .with_no_client_auth());
+    }
 
     let builder = if config.accept_invalid_certs {
         tracing::warn!(
