@@ -23,12 +23,14 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, Error as _};
 
 #[cfg(feature = "protobuf")]
+use super::decode_json;
+#[cfg(feature = "protobuf")]
 use super::proto_json::{self, ProtoKind};
 #[cfg(feature = "protobuf")]
 use super::protobuf::{self, WatchFramer};
 use super::raw::Raw;
 use super::scan;
-use super::{Decode, Format, decode, decode_json};
+use super::{Decode, Format, decode};
 use crate::client::error::{Error, Result, Status, snippet};
 
 /// The annotation on the bookmark that ends a WatchList's initial events.
@@ -274,36 +276,31 @@ impl FrameDecoder {
     pub fn next_frame(&mut self) -> Option<Bytes> {
         loop {
             let chunk = self.chunks.front_mut()?;
-            match memchr::memchr(b'\n', chunk) {
-                Some(i) => {
-                    let head = chunk.split_to(i);
-                    chunk.advance(1);
-                    if chunk.is_empty() {
-                        self.chunks.pop_front();
-                    }
-                    let frame = if self.partial.is_empty() {
-                        head
-                    } else {
-                        self.partial.extend_from_slice(&head);
-                        self.partial.split().freeze()
-                    };
-                    if frame.iter().all(u8::is_ascii_whitespace) {
-                        continue;
-                    }
-                    return Some(frame);
-                }
-                None => {
-                    let rest = self.chunks.pop_front().expect("front exists");
-                    self.partial.extend_from_slice(&rest);
-                }
+            let Some(i) = memchr::memchr(b'\n', chunk) else {
+                self.partial.extend_from_slice(chunk);
+                self.chunks.pop_front();
+                continue;
+            };
+            let head = chunk.split_to(i);
+            chunk.advance(1);
+            if chunk.is_empty() {
+                self.chunks.pop_front();
+            }
+            let frame = if self.partial.is_empty() {
+                head
+            } else {
+                self.partial.extend_from_slice(&head);
+                self.partial.split().freeze()
+            };
+            if !frame.iter().all(u8::is_ascii_whitespace) {
+                return Some(frame);
             }
         }
     }
 
     /// How many bytes of an unfinished frame are held, ignoring whitespace.
     pub fn pending(&self) -> usize {
-        let chunks = self.chunks.iter().flat_map(|c| c.iter());
-        let held = self.partial.iter().chain(chunks);
+        let held = self.partial.iter().chain(self.chunks.iter().flatten());
         held.filter(|b| !b.is_ascii_whitespace()).count()
     }
 }

@@ -246,13 +246,8 @@ fn read_protobuf<K: WatchObject>(
     kind: ProtoKind,
     body: &[u8],
 ) -> proto_json::Result<ObjectList<K>> {
-    let envelope = protobuf::envelope(body)?;
-    let list = protobuf::list(envelope.raw)?;
-    let items = list
-        .items
-        .iter()
-        .map(|item| K::from_protobuf(kind, item))
-        .collect::<proto_json::Result<Vec<K>>>()?;
+    let list = protobuf::list(protobuf::envelope(body)?.raw)?;
+    let items = list.items.iter().map(|item| K::from_protobuf(kind, item));
     let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     Ok(ObjectList {
         metadata: ListMeta {
@@ -261,7 +256,7 @@ fn read_protobuf<K: WatchObject>(
             remaining_item_count: list.remaining_item_count,
             ..ListMeta::default()
         },
-        items,
+        items: items.collect::<proto_json::Result<_>>()?,
     })
 }
 

@@ -143,19 +143,14 @@ pub fn kind(group: &str, version: &str, kind: &str) -> Option<ProtoKind> {
 /// If the message is malformed, holds a field the tables do not know, or holds embedded
 /// bytes that are not JSON.
 pub fn transcode<K>(kind: ProtoKind, object: &[u8]) -> Result<Raw<K>> {
+    let msg = &MESSAGES[usize::from(kind.entry().message)];
     let (json, fields) = match write_object(kind, object, false)? {
         Ok(done) => done,
         // A string that is not UTF-8 (Go strings may hold any bytes): write it all again,
         // each string as `encoding/json` writes it, with U+FFFD for what is not UTF-8.
-        Err(_) => write_object(kind, object, true)?.map_err(|e| Error::NotJson {
-            message: MESSAGES[usize::from(kind.entry().message)].name,
-            reason: e.to_string(),
-        })?,
+        Err(_) => write_object(kind, object, true)?.map_err(|e| not_json(msg, e.to_string()))?,
     };
-    Raw::from_transcoded(json, &fields).map_err(|e| Error::NotJson {
-        message: MESSAGES[usize::from(kind.entry().message)].name,
-        reason: e.to_string(),
-    })
+    Raw::from_transcoded(json, &fields).map_err(|e| not_json(msg, e.to_string()))
 }
 
 /// Writes the JSON of one object and notes its key fields; the inner error if the output
@@ -307,11 +302,11 @@ impl<'a> Writer<'a> {
                 if def.omit_zero && is_zero(def.ty, field.value) {
                     return Ok(());
                 }
-                let key_start = self.key(def.json, first);
+                self.key(def.json, first);
                 let value_start = self.out.len();
                 self.value(msg, def, def.ty, field, inner)?;
                 if capture == Capture::Meta {
-                    self.capture_meta(def.json, key_start, value_start);
+                    self.capture_meta(def.json, value_start);
                 } else if inner == Capture::Meta {
                     self.fields.metadata = Some(value_start..self.out.len());
                 }
@@ -363,7 +358,7 @@ impl<'a> Writer<'a> {
     }
 
     /// Notes the span of a key field of the top object's metadata, just written.
-    fn capture_meta(&mut self, json: &str, _key_start: usize, value_start: usize) {
+    fn capture_meta(&mut self, json: &str, value_start: usize) {
         let slot = match json {
             "name" => &mut self.fields.name,
             "namespace" => &mut self.fields.namespace,
@@ -405,11 +400,9 @@ impl<'a> Writer<'a> {
                 self.out.extend_from_slice(encoded.as_bytes());
                 self.out.push(b'"');
             }
-            (Type::Bool, Value::Varint(v)) => {
-                self.out
-                    .extend_from_slice(if v != 0 { b"true" } else { b"false" })
+            (Type::Bool | Type::Int32 | Type::Int64, Value::Varint(v)) => {
+                write_int(&mut self.out, ty, v)
             }
-            (Type::Int32 | Type::Int64, Value::Varint(v)) => write_int(&mut self.out, ty, v),
             (Type::Message(m), Value::Bytes(b)) => {
                 self.message(&MESSAGES[usize::from(m)], b, capture)?
             }
@@ -429,7 +422,16 @@ impl<'a> Writer<'a> {
         first: &mut bool,
     ) -> Result<()> {
         match field.value {
-            Value::Bytes(packed) if is_number(ty) => self.packed(msg, def, ty, packed, first),
+            Value::Bytes(packed) if is_number(ty) => {
+                for v in protobuf::varints(packed) {
+                    let v = v.map_err(|_| bad(msg, def, "packed varint"))?;
+                    if !std::mem::take(first) {
+                        self.out.push(b',');
+                    }
+                    write_int(&mut self.out, ty, v);
+                }
+                Ok(())
+            }
             _ => {
                 if !std::mem::take(first) {
                     self.out.push(b',');
@@ -437,26 +439,6 @@ impl<'a> Writer<'a> {
                 self.value(msg, def, ty, field, Capture::None)
             }
         }
-    }
-
-    /// Writes the elements of a packed repeated number field.
-    fn packed(
-        &mut self,
-        msg: &'static Message,
-        def: &FieldDef,
-        ty: Type,
-        mut packed: &[u8],
-        first: &mut bool,
-    ) -> Result<()> {
-        while !packed.is_empty() {
-            if !std::mem::take(first) {
-                self.out.push(b',');
-            }
-            let (v, len) = varint(packed).ok_or_else(|| bad(msg, def, "packed varint"))?;
-            write_int(&mut self.out, ty, v);
-            packed = &packed[len..];
-        }
-        Ok(())
     }
 
     /// Writes one `key: value` of a map, from its entry message `{1: key, 2: value}`.
@@ -516,16 +498,11 @@ impl<'a> Writer<'a> {
                 }
                 let (mut seconds, mut nanos) = (0i64, 0i64);
                 for field in protobuf::fields(bytes) {
-                    match field? {
-                        Field {
-                            number: 1,
-                            value: Value::Varint(v),
-                        } => seconds = v as i64,
-                        Field {
-                            number: 2,
-                            value: Value::Varint(v),
-                        } => nanos = i64::from(v as i32),
-                        Field { number: 1 | 2, .. } => return Err(bad_form(msg, "timestamp")),
+                    let field = field?;
+                    match (field.number, field.value) {
+                        (1, Value::Varint(v)) => seconds = v as i64,
+                        (2, Value::Varint(v)) => nanos = i64::from(v as i32),
+                        (1 | 2, _) => return Err(bad_form(msg, "timestamp")),
                         _ => {}
                     }
                 }
@@ -539,20 +516,12 @@ impl<'a> Writer<'a> {
             Form::IntOrString => {
                 let (mut ty, mut int, mut text): (u64, i64, &[u8]) = (0, 0, b"");
                 for field in protobuf::fields(bytes) {
-                    match field? {
-                        Field {
-                            number: 1,
-                            value: Value::Varint(v),
-                        } => ty = v,
-                        Field {
-                            number: 2,
-                            value: Value::Varint(v),
-                        } => int = i64::from(v as i32),
-                        Field {
-                            number: 3,
-                            value: Value::Bytes(b),
-                        } => text = b,
-                        Field { number: 1..=3, .. } => return Err(bad_form(msg, "int-or-string")),
+                    let field = field?;
+                    match (field.number, field.value) {
+                        (1, Value::Varint(v)) => ty = v,
+                        (2, Value::Varint(v)) => int = i64::from(v as i32),
+                        (3, Value::Bytes(b)) => text = b,
+                        (1..=3, _) => return Err(bad_form(msg, "int-or-string")),
                         _ => {}
                     }
                 }
@@ -633,12 +602,10 @@ fn only_bytes<'a>(
 ) -> Result<Option<&'a [u8]>> {
     let mut value = None;
     for field in protobuf::fields(bytes) {
-        match field? {
-            Field {
-                number: 1,
-                value: Value::Bytes(b),
-            } => value = Some(b),
-            Field { number: 1, .. } => return Err(bad_form(msg, expected)),
+        let field = field?;
+        match (field.number, field.value) {
+            (1, Value::Bytes(b)) => value = Some(b),
+            (1, _) => return Err(bad_form(msg, expected)),
             _ => {}
         }
     }
@@ -708,18 +675,6 @@ fn write_digits(out: &mut Vec<u8>, mut v: u64, width: usize) {
         v /= 10;
     }
     out.extend_from_slice(&buf[at..]);
-}
-
-/// A varint at the start of `bytes`, and its length.
-fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
-    let mut value = 0u64;
-    for (i, &byte) in bytes.iter().enumerate().take(10) {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((value, i + 1));
-        }
-    }
-    None
 }
 
 /// Writes `"2006-01-02T15:04:05Z"` for `seconds` since the epoch, with six fractional

@@ -144,15 +144,11 @@ impl<'a> Fields<'a> {
 
     #[inline]
     fn take(&mut self, len: usize, what: &'static str) -> Result<&'a [u8]> {
-        let end = self
-            .pos
-            .checked_add(len)
-            .filter(|&end| end <= self.buf.len());
-        let Some(end) = end else {
+        let end = self.pos.checked_add(len);
+        let Some(bytes) = end.and_then(|end| self.buf.get(self.pos..end)) else {
             return fail(what, self.pos);
         };
-        let bytes = &self.buf[self.pos..end];
-        self.pos = end;
+        self.pos += len;
         Ok(bytes)
     }
 
@@ -200,6 +196,14 @@ impl<'a> Iterator for Fields<'a> {
         }
         Some(field)
     }
+}
+
+/// The numbers of a packed repeated field: varints one after another.
+pub fn varints(packed: &[u8]) -> impl Iterator<Item = Result<u64>> + '_ {
+    let mut cursor = fields(packed);
+    std::iter::from_fn(move || {
+        (cursor.pos < cursor.buf.len()).then(|| cursor.varint("a packed varint"))
+    })
 }
 
 /// Calls `each` with every field of `message` and its offset.
@@ -348,61 +352,6 @@ pub fn watch_event(frame: &[u8]) -> Result<WatchEvent<'_>> {
     })
 }
 
-#[cfg(test)]
-/// The identifying fields of an object's `metadata` (field 1 of every built-in kind).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ObjectMeta<'a> {
-    /// `metadata.name`.
-    pub name: &'a str,
-    /// `metadata.namespace`; empty for cluster-scoped objects.
-    pub namespace: &'a str,
-    /// `metadata.uid`.
-    pub uid: &'a str,
-    /// `metadata.resourceVersion`.
-    pub resource_version: &'a str,
-    /// `metadata.labels`, in the order they were encoded (the server sorts them by key).
-    pub labels: Vec<(&'a str, &'a str)>,
-}
-
-#[cfg(test)]
-/// Reads the identifying metadata of an encoded object (an envelope's `raw`, or a list
-/// item).
-///
-/// # Errors
-///
-/// If the object or its metadata is malformed.
-pub fn object_meta(object: &[u8]) -> Result<ObjectMeta<'_>> {
-    let mut meta = ObjectMeta::default();
-    for_each(object, |field, at| {
-        if field.number != 1 {
-            return Ok(());
-        }
-        for_each(field.bytes("metadata", at)?, |f, at| {
-            match f.number {
-                1 => meta.name = f.str("metadata.name", at)?,
-                3 => meta.namespace = f.str("metadata.namespace", at)?,
-                5 => meta.uid = f.str("metadata.uid", at)?,
-                6 => meta.resource_version = f.str("metadata.resourceVersion", at)?,
-                11 => {
-                    let (mut key, mut value) = ("", "");
-                    for_each(f.bytes("a label", at)?, |e, at| {
-                        match e.number {
-                            1 => key = e.str("a label key", at)?,
-                            2 => value = e.str("a label value", at)?,
-                            _ => {}
-                        }
-                        Ok(())
-                    })?;
-                    meta.labels.push((key, value));
-                }
-                _ => {}
-            }
-            Ok(())
-        })
-    })?;
-    Ok(meta)
-}
-
 /// Reads a `Status` (an error answer, or an `ERROR` watch event's object) from its
 /// envelope's `raw`: `status`, `message`, `reason` and `code`; `details` is left out.
 ///
@@ -482,14 +431,8 @@ impl WatchFramer {
             return Ok(None);
         }
         let mut header = [0u8; 4];
-        let mut filled = 0;
-        for chunk in &self.chunks {
-            let n = chunk.len().min(4 - filled);
-            header[filled..filled + n].copy_from_slice(&chunk[..n]);
-            filled += n;
-            if filled == 4 {
-                break;
-            }
+        for (slot, &byte) in header.iter_mut().zip(self.chunks.iter().flatten()) {
+            *slot = byte;
         }
         let len = u32::from_be_bytes(header) as usize;
         if len > self.max_frame {
@@ -572,6 +515,59 @@ pub(crate) mod tests {
             }
             out.push(byte | 0x80);
         }
+    }
+
+    /// The identifying fields of an object's `metadata` (field 1 of every built-in kind).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ObjectMeta<'a> {
+        /// `metadata.name`.
+        pub name: &'a str,
+        /// `metadata.namespace`; empty for cluster-scoped objects.
+        pub namespace: &'a str,
+        /// `metadata.uid`.
+        pub uid: &'a str,
+        /// `metadata.resourceVersion`.
+        pub resource_version: &'a str,
+        /// `metadata.labels`, in the order they were encoded (the server sorts them by key).
+        pub labels: Vec<(&'a str, &'a str)>,
+    }
+
+    /// Reads the identifying metadata of an encoded object (an envelope's `raw`, or a list
+    /// item).
+    ///
+    /// # Errors
+    ///
+    /// If the object or its metadata is malformed.
+    pub fn object_meta(object: &[u8]) -> Result<ObjectMeta<'_>> {
+        let mut meta = ObjectMeta::default();
+        for_each(object, |field, at| {
+            if field.number != 1 {
+                return Ok(());
+            }
+            for_each(field.bytes("metadata", at)?, |f, at| {
+                match f.number {
+                    1 => meta.name = f.str("metadata.name", at)?,
+                    3 => meta.namespace = f.str("metadata.namespace", at)?,
+                    5 => meta.uid = f.str("metadata.uid", at)?,
+                    6 => meta.resource_version = f.str("metadata.resourceVersion", at)?,
+                    11 => {
+                        let (mut key, mut value) = ("", "");
+                        for_each(f.bytes("a label", at)?, |e, at| {
+                            match e.number {
+                                1 => key = e.str("a label key", at)?,
+                                2 => value = e.str("a label value", at)?,
+                                _ => {}
+                            }
+                            Ok(())
+                        })?;
+                        meta.labels.push((key, value));
+                    }
+                    _ => {}
+                }
+                Ok(())
+            })
+        })?;
+        Ok(meta)
     }
 
     fn enveloped(kind: &str, raw: &[u8]) -> Vec<u8> {

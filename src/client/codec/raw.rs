@@ -4,10 +4,11 @@
 //!
 //! A `Raw<K>` is one heap block: the object's JSON, followed by the decoded form of any key
 //! field whose JSON string carried an escape (the API server never escapes names, namespaces
-//! or resourceVersions, so in practice nothing follows). Five spans of 32-bit offsets into
-//! that block mark the name, namespace, resourceVersion, uid and labels. A watch frame becomes
-//! a `Raw<K>` after one validating pass of [`scan`](super::scan) and one copy of the object's
-//! bytes out of the network buffer, so the cache never pins the buffer it came in.
+//! or resourceVersions, so in practice nothing follows). Six spans of 32-bit offsets into
+//! that block mark the name, namespace, resourceVersion, uid, metadata and labels. A watch
+//! frame becomes a `Raw<K>` after one validating pass of [`scan`](super::scan) and one copy
+//! of the object's bytes out of the network buffer, so the cache never pins the buffer it
+//! came in.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -97,25 +98,23 @@ impl Builder<'_> {
     /// The span of a string field: into the copied JSON when it has no escapes, otherwise
     /// into its decoded form appended after the JSON.
     fn string(&mut self, field: Option<&StrSpan>) -> Span {
-        let Some(field) = field else {
-            return Span::NONE;
+        let Some(escaped) = field.filter(|f| f.escaped) else {
+            return self.range(field.map(|f| &f.range));
         };
-        if !field.escaped {
-            return self.range(&field.range);
-        }
         let start = self.buf.len();
-        self.buf.push_str(&field.value(self.input));
+        self.buf.push_str(&escaped.value(self.input));
         Span {
             start: start as u32,
             end: self.buf.len() as u32,
         }
     }
 
-    fn range(&self, range: &Range<usize>) -> Span {
-        Span {
+    /// The span of a part of the object, by its range in the input; nothing if it is absent.
+    fn range(&self, range: Option<&Range<usize>>) -> Span {
+        range.map_or(Span::NONE, |range| Span {
             start: (range.start - self.base) as u32,
             end: (range.end - self.base) as u32,
-        }
+        })
     }
 
     /// The `Raw` of the JSON in the buffer, whose key fields `fields` locates: any with an
@@ -126,11 +125,8 @@ impl Builder<'_> {
         let namespace = self.string(fields.namespace.as_ref());
         let resource_version = self.string(fields.resource_version.as_ref());
         let uid = self.string(fields.uid.as_ref());
-        let metadata = fields
-            .metadata
-            .as_ref()
-            .map_or(Span::NONE, |m| self.range(m));
-        let labels = fields.labels.as_ref().map_or(Span::NONE, |l| self.range(l));
+        let metadata = self.range(fields.metadata.as_ref());
+        let labels = self.range(fields.labels.as_ref());
         Raw {
             buf: self.buf.into_boxed_str(),
             json_len,
@@ -233,23 +229,23 @@ impl<K> Raw<K> {
     /// ```
     pub fn strip_managed_fields(&mut self) {
         let json = self.json();
-        let Ok(fields) = scan::scan_object(json) else {
-            return; // checked on arrival, so unreachable; leave the object as it is
-        };
-        let Some(member) = fields.managed_fields else {
+        // The JSON was checked on arrival, so the scan does not fail; without the member,
+        // the object stays as it is.
+        let Some(member) = scan::scan_object(json).ok().and_then(|f| f.managed_fields) else {
             return;
         };
-        // Remove the member with the comma that separates it from a neighbour.
+        // Remove the member with the comma that separates it from a neighbour: the one before
+        // it, or else the one after it.
         let before = json[..member.start].trim_end();
         let after = json[member.end..].trim_start();
-        let stripped = match before.strip_suffix(',') {
-            Some(before) => format!("{before}{after}"),
-            None => {
-                let after = after.strip_prefix(',').unwrap_or(after).trim_start();
-                format!("{before}{after}")
-            }
+        let (before, after) = match before.strip_suffix(',') {
+            Some(before) => (before, after),
+            None => (
+                before,
+                after.strip_prefix(',').unwrap_or(after).trim_start(),
+            ),
         };
-        if let Ok(raw) = Self::from_json(&stripped) {
+        if let Ok(raw) = Self::from_json(&format!("{before}{after}")) {
             *self = raw;
         }
     }
@@ -409,11 +405,10 @@ impl<K> Eq for Raw<K> {}
 
 impl<K> fmt::Debug for Raw<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = self.name.get(&self.buf);
         f.debug_struct("Raw")
             .field("kind", &std::any::type_name::<K>())
             .field("namespace", &self.namespace.get(&self.buf))
-            .field("name", &name)
+            .field("name", &self.name.get(&self.buf))
             .field("resource_version", &self.resource_version.get(&self.buf))
             .field("json_bytes", &self.json_len)
             .finish()
