@@ -328,8 +328,8 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// Skips an object key and its colon, the cursor on the key's opening quote (after
-    /// whitespace): [`key`](Self::key) for callers that do not look at the key.
+    /// Skips an object key and its colon, whitespace before either allowed: for
+    /// [`value`](Self::value), which does not look at keys ([`members`](Self::members) does).
     #[inline(always)]
     fn skip_key(&mut self) -> Scan<()> {
         if !self.at(b'"') {
