@@ -56,7 +56,7 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use crate::client::{Client, Raw, Selector};
+use crate::client::{ApiResource, Client, Raw, Selector};
 use crate::informers::{FactoryError, InformerFactory, InformerScope};
 
 /// Why a cache read or the cache's start failed.
@@ -236,12 +236,26 @@ struct Inner {
 /// An informer the cache watches over.
 struct Tracked {
     name: String,
+    /// What it lists and watches, for [`Cache::informers`].
+    listed: CachedInformer,
     synced: Box<dyn Fn() -> bool + Send + Sync>,
     wait: Arc<dyn Fn() -> BoxFuture + Send + Sync>,
     last_error: Arc<Mutex<Option<String>>>,
 }
 
 type BoxFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What one of the cache's informers lists and watches: a kind, in a namespace or across
+/// all, with the selector set for the kind. See [`Cache::informers`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CachedInformer {
+    /// The kind's resource.
+    pub resource: ApiResource,
+    /// The namespace it is limited to; `None` for every namespace, or a cluster-scoped kind.
+    pub namespace: Option<String>,
+    /// The label and field selectors it lists with ([`CacheOptions::select`]).
+    pub selector: Selector,
+}
 
 impl fmt::Debug for Cache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -307,12 +321,12 @@ impl Cache {
         let mut made = false;
         for factory in factories {
             let informer = factory.try_informer::<Raw<K>>()?;
-            if !informer.is_started() && self.track(&informer) {
-                made = true;
-            }
             let namespace = namespaced
                 .then(|| self.inner.options.namespaces.get(parts.len()).cloned())
                 .flatten();
+            if !informer.is_started() && self.track(&informer, namespace.clone()) {
+                made = true;
+            }
             parts.push(Part {
                 namespace,
                 informer,
@@ -329,12 +343,24 @@ impl Cache {
 
     /// Registers a new informer for waiting and error reporting, and sets its transform.
     /// False if it was tracked already.
-    fn track<K: CachedKind>(&self, informer: &Arc<SharedIndexInformer<Raw<K>>>) -> bool {
+    fn track<K: CachedKind>(
+        &self,
+        informer: &Arc<SharedIndexInformer<Raw<K>>>,
+        namespace: Option<String>,
+    ) -> bool {
         let mut informers = self.inner.informers.lock();
         let name = informer.name().to_owned();
         if informers.iter().any(|t| t.name == name) {
             return false;
         }
+        let listed = CachedInformer {
+            resource: ApiResource::of::<K>(),
+            namespace,
+            selector: (self.inner.options.selectors)
+                .get(&(K::GROUP, K::KIND))
+                .cloned()
+                .unwrap_or_default(),
+        };
         let strip = self.inner.options.strip_managed_fields;
         let custom = self.inner.options.transform_of::<K>();
         // Refused only once started, which an untracked informer is not.
@@ -354,6 +380,7 @@ impl Cache {
         let (synced, waited) = (informer.clone(), informer.clone());
         informers.push(Tracked {
             name,
+            listed,
             synced: Box::new(move || synced.has_synced()),
             wait: Arc::new(move || {
                 let informer = waited.clone();
@@ -387,6 +414,13 @@ impl Cache {
             shutdown.await;
             let _ = stop.send(true);
         });
+    }
+
+    /// What each informer made so far lists and watches, in the order they were made: one
+    /// per kind for every namespace, or one per kind and cached namespace.
+    pub fn informers(&self) -> Vec<CachedInformer> {
+        let informers = self.inner.informers.lock();
+        informers.iter().map(|t| t.listed.clone()).collect()
     }
 
     /// Whether every informer made so far has synced.

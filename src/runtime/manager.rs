@@ -34,7 +34,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
@@ -166,6 +166,9 @@ struct Shared {
     state: Mutex<State>,
     /// The recorders handed out, flushed once the reconciles have stopped.
     recorders: Mutex<Vec<Recorder>>,
+    /// When the configuration's client certificate expires, if it has one: the server
+    /// answers an expired one with a bare 401, which the preflight explains with this.
+    client_cert_not_after: Option<SystemTime>,
 }
 
 /// Where the servers listen, once they do.
@@ -225,6 +228,7 @@ impl Manager {
     /// [`ManagerError::Client`] if the configuration makes no client.
     pub fn with_config(config: Config, options: ManagerOptions) -> Result<Manager, ManagerError> {
         let metrics = Metrics::new();
+        let client_cert_not_after = config.identity.as_ref().and_then(|i| i.not_after());
         let mut client_options = options.client.clone();
         client_options.observer = Some(metrics.request_observer());
         let client = Client::new(config, client_options).map_err(ManagerError::Client)?;
@@ -257,6 +261,7 @@ impl Manager {
                 bound: watch::Sender::new(Bound::default()),
                 state: Mutex::new(State::default()),
                 recorders: Mutex::new(Vec::new()),
+                client_cert_not_after,
             }),
         })
     }
@@ -389,6 +394,11 @@ impl Manager {
         let mut bound = self.shared.bound.subscribe();
         let ready = bound.wait_for(|b| b.done).await.map(|b| *b);
         ready.unwrap_or_default()
+    }
+
+    /// When the configuration's client certificate expires, if it has one.
+    pub(crate) fn client_cert_not_after(&self) -> Option<SystemTime> {
+        self.shared.client_cert_not_after
     }
 
     pub(crate) fn claim_controller_name(&self, name: &str) -> Result<(), ManagerError> {

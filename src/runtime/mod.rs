@@ -110,17 +110,24 @@ pub mod controller;
 pub mod crd;
 pub mod events;
 pub mod finalizer;
+pub mod flags;
 pub mod leader_election;
+pub mod logging;
 pub mod manager;
 pub mod metrics;
 pub mod ops;
 pub mod owner;
 pub mod predicate;
+pub mod preflight;
 pub mod server;
 pub mod webhook;
 
-pub use cache::{Cache, CacheError, CacheOptions, KindTransform, Store, metadata_only};
+pub use cache::{
+    Cache, CacheError, CacheOptions, CachedInformer, KindTransform, Store, metadata_only,
+};
 pub use controller::{Action, Controller, ObjectRef, ReconcileError};
+pub use flags::ManagerArgs;
 pub use manager::{Manager, ManagerError, ManagerOptions};
 pub use metrics::Metrics;
 pub use predicate::Predicate;
+pub use preflight::PreflightError;
