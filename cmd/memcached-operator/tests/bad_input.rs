@@ -66,7 +66,7 @@ fn the_one_line(outcome: (ExitStatus, Vec<String>)) -> String {
     assert!(!status.success(), "the operator exited {status}");
     assert_eq!(errors.len(), 1, "one error line, not {errors:#?}");
     let line = errors.into_iter().next().unwrap();
-    match line.split_once(" ERROR memcached_operator: ") {
+    match line.split_once(" ERROR setup: ") {
         Some((_, message)) => message.to_owned(),
         None => panic!("not the operator's error line: {line}"),
     }
