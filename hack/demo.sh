@@ -87,7 +87,7 @@ webhook_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1"
 step "starting the operator with its webhooks on 127.0.0.1:$webhook_port (log: target/demo/operator.log)"
 stop_operator
 "$operator" --metrics-bind-address=127.0.0.1:0 --health-probe-bind-address=127.0.0.1:0 \
-  --enable-webhooks --webhook-bind-address="127.0.0.1:$webhook_port" --cert-dir="$certs" \
+  --enable-webhooks --webhook-host=127.0.0.1 --webhook-port="$webhook_port" --cert-dir="$certs" \
   --allowed-image-prefix=memcached: --allowed-image-prefix=docker.io/library/memcached: \
   >"$dir/operator.log" 2>&1 &
 echo $! >"$dir/operator.pid"
