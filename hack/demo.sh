@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # `make demo`: the Memcached operator against the real local cluster, start to finish.
 #
-# Installs the CRD, starts the operator in the background (its pid recorded, its log in
-# target/demo/operator.log), creates a Memcached of size 3, scales it to 5, hand-edits its
-# Deployment (the operator reverts it), deletes it, and stops the operator with SIGTERM by
-# its recorded pid. The cluster is left running (`make cluster-down` stops it).
+# The three parts of an operator: the CRD, the admission webhooks and the controller. Installs
+# the CRD, starts the operator in the background with its webhooks served on loopback (a
+# throwaway CA and serving certificate in target/demo/certs, registered with the API server
+# by URL for the demo's namespace only; the operator's pid recorded, its log in
+# target/demo/operator.log), shows a Memcached without a size defaulted and one with an image
+# from a registry outside the allowed ones refused, creates a Memcached of size 3, scales it
+# to 5, hand-edits its Deployment (the operator reverts it), deletes it, and stops the
+# operator with SIGTERM by its recorded pid. The cluster is left running (`make
+# cluster-down` stops it).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,7 +43,15 @@ show() {
   echo "  nodes: $(k -n "$ns" get memcached memcached-sample -o jsonpath='{.status.nodes}')"
 }
 
+# Removes the demo's webhook registrations: without the operator, the API server could not
+# reach them and would refuse every Memcached write in the namespace.
+remove_webhooks() {
+  k delete mutatingwebhookconfiguration,validatingwebhookconfiguration \
+    -l app.kubernetes.io/part-of=memcached-demo --ignore-not-found >/dev/null 2>&1 || true
+}
+
 stop_operator() {
+  remove_webhooks
   if [[ -f $dir/operator.pid ]]; then
     local pid
     pid=$(cat "$dir/operator.pid")
@@ -58,16 +71,103 @@ step "installing the Memcached CRD"
 k apply -f "$root/config/crd/bases/cache.example.com_memcacheds.yaml"
 k wait --for=condition=Established crd/memcacheds.cache.example.com --timeout=60s
 
-step "starting the operator (log: target/demo/operator.log)"
+step "a serving certificate for the webhooks (127.0.0.1, from a throwaway CA)"
+certs=$dir/certs
+rm -rf "$certs" && mkdir -p "$certs"
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=memcached-demo-ca \
+  -keyout "$certs/ca.key" -out "$certs/ca.crt" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 \
+  -keyout "$certs/tls.key" -out "$certs/tls.csr" 2>/dev/null
+openssl x509 -req -in "$certs/tls.csr" -CA "$certs/ca.crt" -CAkey "$certs/ca.key" \
+  -CAcreateserial -days 1 -out "$certs/tls.crt" \
+  -extfile <(printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n') 2>/dev/null
+echo "CA and certificate in $certs"
+webhook_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+step "starting the operator with its webhooks on 127.0.0.1:$webhook_port (log: target/demo/operator.log)"
 stop_operator
 "$operator" --metrics-bind-address=127.0.0.1:0 --health-probe-bind-address=127.0.0.1:0 \
+  --enable-webhooks --webhook-host=127.0.0.1 --webhook-port="$webhook_port" --cert-dir="$certs" \
+  --allowed-image-prefix=memcached: --allowed-image-prefix=docker.io/library/memcached: \
   >"$dir/operator.log" 2>&1 &
 echo $! >"$dir/operator.pid"
 echo "operator pid $(cat "$dir/operator.pid")"
+for _ in $(seq 1 120); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$webhook_port") 2>/dev/null && break
+  kill -0 "$(cat "$dir/operator.pid")" 2>/dev/null || { echo "demo: FAILED: the operator exited" >&2; tail -n 20 "$dir/operator.log" >&2; exit 1; }
+  sleep 0.5
+done
 
-step "creating memcached-sample (size 3) in namespace $ns"
+step "registering the webhooks for namespace $ns"
+ca_bundle=$(base64 -w0 <"$certs/ca.crt")
+webhook() { # kind, name, path
+  cat <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: $1
+metadata:
+  name: memcached-demo-$2
+  labels: {app.kubernetes.io/part-of: memcached-demo}
+webhooks:
+- name: $2.memcached.cache.example.com
+  clientConfig: {url: "https://127.0.0.1:$webhook_port$3", caBundle: "$ca_bundle"}
+  rules:
+  - {operations: [CREATE, UPDATE], apiGroups: [cache.example.com], apiVersions: [v1alpha1], resources: [memcacheds], scope: Namespaced}
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: $ns}}
+  failurePolicy: Fail
+  sideEffects: None
+  admissionReviewVersions: [v1]
+YAML
+}
+{ webhook MutatingWebhookConfiguration default /mutate-cache-example-com-v1alpha1-memcached
+  echo ---
+  webhook ValidatingWebhookConfiguration validate /validate-cache-example-com-v1alpha1-memcached
+} | k apply -f -
 k delete namespace "$ns" --ignore-not-found --wait=true --timeout=120s >/dev/null
 k create namespace "$ns"
+# The API server takes up new webhook configurations within a moment: wait until a
+# server-side dry run (which runs admission) shows both at work.
+unsized='{"apiVersion":"cache.example.com/v1alpha1","kind":"Memcached","metadata":{"name":"probe"},"spec":{"containerPort":11211}}'
+evil='{"apiVersion":"cache.example.com/v1alpha1","kind":"Memcached","metadata":{"name":"probe"},"spec":{"size":1,"containerPort":11211,"image":"evil.example.org/memcached:1"}}'
+for i in $(seq 1 120); do
+  defaulted=$(k -n "$ns" create --dry-run=server -o 'jsonpath={.spec.size}' -f - <<<"$unsized" 2>/dev/null || true)
+  if [[ $defaulted == 1 ]] && ! k -n "$ns" create --dry-run=server -f - <<<"$evil" >/dev/null 2>&1; then break; fi
+  [[ $i == 120 ]] && { echo "demo: FAILED: the API server did not take up the webhooks" >&2; exit 1; }
+  sleep 0.5
+done
+
+step "creating memcached-unsized without a size: the defaulting webhook sets 1"
+k -n "$ns" apply -f - <<'YAML'
+apiVersion: cache.example.com/v1alpha1
+kind: Memcached
+metadata:
+  name: memcached-unsized
+spec:
+  containerPort: 11211
+YAML
+size=$(k -n "$ns" get memcached memcached-unsized -o jsonpath='{.spec.size}')
+echo "stored spec.size: $size"
+[[ $size == 1 ]] || { echo "demo: FAILED: the defaulting webhook did not set the size" >&2; exit 1; }
+k -n "$ns" delete memcached memcached-unsized --wait=false >/dev/null
+
+step "creating memcached-evil with an image from another registry: the validating webhook refuses it"
+if refused=$(k -n "$ns" apply -f - 2>&1 <<'YAML'
+apiVersion: cache.example.com/v1alpha1
+kind: Memcached
+metadata:
+  name: memcached-evil
+spec:
+  size: 1
+  containerPort: 11211
+  image: evil.example.org/memcached:1
+YAML
+); then
+  echo "demo: FAILED: the validating webhook let it through" >&2; exit 1
+fi
+echo "$refused"
+grep -q 'is not from an allowed registry' <<<"$refused" \
+  || { echo "demo: FAILED: refused, but not by the webhook" >&2; exit 1; }
+
+step "creating memcached-sample (size 3) in namespace $ns"
 k -n "$ns" apply -f - <<'YAML'
 apiVersion: cache.example.com/v1alpha1
 kind: Memcached
