@@ -17,6 +17,9 @@ kubectl=${TESTENV_KUBECTL:-$root/target/testenv/bin/kubectl}
 export KUBECONFIG=${TESTENV_KUBECONFIG:-$root/target/testenv/kubeconfig}
 dir=$root/target/demo
 ns=memcached-demo
+# The kind at the version the demo writes, named in full: kubectl would otherwise read the
+# preferred version, whose fields may be shaped differently.
+mc=memcacheds.v1alpha1.cache.example.com
 operator=$root/target/debug/memcached-operator
 mkdir -p "$dir"
 
@@ -26,7 +29,7 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 wait_for() {
   local what=$1 path=$2 want=$3 got=""
   for _ in $(seq 1 240); do
-    got=$(k -n "$ns" get memcached memcached-sample -o "jsonpath=$path" 2>/dev/null || true)
+    got=$(k -n "$ns" get "$mc" memcached-sample -o "jsonpath=$path" 2>/dev/null || true)
     [[ "$got" == "$want" ]] && { echo "$what: $got"; return 0; }
     sleep 0.5
   done
@@ -39,8 +42,8 @@ wait_for() {
 show() {
   k -n "$ns" get deployment memcached-sample
   k -n "$ns" get pods -l app.kubernetes.io/instance=memcached-sample -o wide
-  k -n "$ns" get memcached memcached-sample -o jsonpath='{range .status.conditions[*]}  {.type}={.status} ({.reason}): {.message}{"\n"}{end}'
-  echo "  nodes: $(k -n "$ns" get memcached memcached-sample -o jsonpath='{.status.nodes}')"
+  k -n "$ns" get "$mc" memcached-sample -o jsonpath='{range .status.conditions[*]}  {.type}={.status} ({.reason}): {.message}{"\n"}{end}'
+  echo "  nodes: $(k -n "$ns" get "$mc" memcached-sample -o jsonpath='{.status.nodes}')"
 }
 
 # Removes the demo's webhook registrations: without the operator, the API server could not
@@ -144,10 +147,10 @@ metadata:
 spec:
   containerPort: 11211
 YAML
-size=$(k -n "$ns" get memcached memcached-unsized -o jsonpath='{.spec.size}')
+size=$(k -n "$ns" get "$mc" memcached-unsized -o jsonpath='{.spec.size}')
 echo "stored spec.size: $size"
 [[ $size == 1 ]] || { echo "demo: FAILED: the defaulting webhook did not set the size" >&2; exit 1; }
-k -n "$ns" delete memcached memcached-unsized --wait=false >/dev/null
+k -n "$ns" delete "$mc" memcached-unsized --wait=false >/dev/null
 
 step "creating memcached-evil with an image from another registry: the validating webhook refuses it"
 if refused=$(k -n "$ns" apply -f - 2>&1 <<'YAML'
@@ -178,13 +181,13 @@ spec:
   containerPort: 11211
 YAML
 wait_for "ready replicas" '{.status.readyReplicas}' 3
-k -n "$ns" get memcached memcached-sample
+k -n "$ns" get "$mc" memcached-sample
 show
 
 
 for size in 5 1; do
   step "scaling to $size"
-  k -n "$ns" patch memcached memcached-sample --type=merge -p "{\"spec\":{\"size\":$size}}"
+  k -n "$ns" patch "$mc" memcached-sample --type=merge -p "{\"spec\":{\"size\":$size}}"
   wait_for "ready replicas" '{.status.readyReplicas}' "$size"
   wait_for "pod names in the status" '{.status.nodes[*]}' \
     "$(k -n "$ns" get pods -l app.kubernetes.io/instance=memcached-sample -o jsonpath='{.items[*].metadata.name}' --sort-by=.metadata.name)"
@@ -206,7 +209,7 @@ k -n "$ns" get events.events.k8s.io --sort-by=.metadata.creationTimestamp \
   | grep -E '^(BY|memcached-controller)' || true
 
 step "deleting memcached-sample: the finalizer lets go, the Deployment follows"
-k -n "$ns" delete memcached memcached-sample --wait=true --timeout=60s
+k -n "$ns" delete "$mc" memcached-sample --wait=true --timeout=60s
 for _ in $(seq 1 120); do
   k -n "$ns" get deployment memcached-sample >/dev/null 2>&1 || break
   sleep 0.5

@@ -71,13 +71,13 @@
 //! `--metrics-secure` and `--metrics-cert-path/-name/-key`; `--health-probe-bind-address`;
 //! `--leader-elect`, `--leader-election-namespace` and the three lease durations;
 //! `--enable-http2`; `--webhook-cert-path/-name/-key` (`--cert-dir` is the same as
-//! `--webhook-cert-path`) and `--webhook-port`. Then `--kubeconfig`, `--namespace`,
+//! `--webhook-cert-path`), `--webhook-port` and `--webhook-host`. Then `--kubeconfig`, `--namespace`,
 //! `--kube-api-qps/--kube-api-burst`, `--log-level` and `--log-format`. Booleans are
 //! Go-style (`--metrics-secure=false`), durations are a whole number and a unit (`15s`,
 //! `500ms`, `1m`), and an address of `0` turns its server off.
 
 use std::error::Error as StdError;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -167,6 +167,10 @@ pub struct ManagerArgs {
     /// The port the admission webhooks are served on.
     #[arg(long, default_value_t = 9443)]
     pub webhook_port: u16,
+    /// The address the webhook server listens on (controller-runtime's `webhook.Options.Host`);
+    /// every address by default, as in a Pod. `127.0.0.1` keeps it on loopback.
+    #[arg(long, default_value_t = Ipv4Addr::UNSPECIFIED.into())]
+    pub webhook_host: IpAddr,
     /// The directory holding the webhook server's certificate and key (reloaded when they
     /// change). Default `<temp dir>/k8s-webhook-server/serving-certs`.
     #[arg(long, visible_alias = "cert-dir")]
@@ -249,12 +253,12 @@ impl ManagerArgs {
         Ok(options)
     }
 
-    /// The webhook server's options: `--webhook-port` on every address, the certificate in
+    /// The webhook server's options: `--webhook-port` on `--webhook-host`, the certificate in
     /// `--webhook-cert-path`, HTTP/2 as `--enable-http2` says.
     pub fn webhook_options(&self) -> WebhookOptions {
         let defaults = WebhookOptions::default();
         WebhookOptions {
-            bind_address: SocketAddr::from((Ipv4Addr::UNSPECIFIED, self.webhook_port)),
+            bind_address: SocketAddr::from((self.webhook_host, self.webhook_port)),
             cert_dir: self.webhook_cert_path.clone().unwrap_or(defaults.cert_dir),
             cert_name: self.webhook_cert_name.clone(),
             key_name: self.webhook_cert_key.clone(),
@@ -688,6 +692,14 @@ mod tests {
             .webhook_options();
         assert_eq!(old.cert_dir, PathBuf::from("/old"));
         assert_eq!(old.bind_address, SocketAddr::from(([0, 0, 0, 0], 10443)));
+        let local = parse(&["--webhook-host=127.0.0.1", "--webhook-port=10443"])
+            .unwrap()
+            .webhook_options();
+        assert_eq!(
+            local.bind_address,
+            SocketAddr::from(([127, 0, 0, 1], 10443))
+        );
+        assert!(parse(&["--webhook-host=nowhere"]).is_err());
         let new = parse(&[
             "--webhook-cert-path=/new",
             "--webhook-cert-name=w.crt",
