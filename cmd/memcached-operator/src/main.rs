@@ -137,6 +137,9 @@ enum Command {
     /// Print the Memcached CustomResourceDefinition as YAML (what `make manifests` writes to
     /// config/crd/bases/).
     Crd,
+    /// Print the manager's ClusterRole as YAML, generated from the controller's rules (what
+    /// `make manifests` writes to config/rbac/role.yaml).
+    Rbac,
 }
 
 /// A server's address, or none for "0" (the server is off).
@@ -155,6 +158,18 @@ async fn main() -> ExitCode {
     if let Some(Command::Crd) = flags.command {
         print!("{}", memcached_operator::crd_yaml());
         return ExitCode::SUCCESS;
+    }
+    if let Some(Command::Rbac) = flags.command {
+        return match memcached_operator::rbac_yaml() {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("Error: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if let Err(e) = init_logging(&flags.log_level, &flags.log_format) {
         eprintln!("Error: {}", one_line(&e));
