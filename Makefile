@@ -94,9 +94,14 @@ fmt:
 	cd testenv && gofmt -w .
 	cd tools/protoschema && gofmt -w .
 
-## manifests: regenerate config/crd/bases/ from the operator's Rust types
+## manifests: regenerate config/crd/bases/ from the operator's Rust types, and
+## config/rbac/role.yaml from its controller's rules (each written whole, or left as it was)
 manifests:
-	cargo run -q -p memcached-operator -- crd > config/crd/bases/cache.example.com_memcacheds.yaml
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	cargo run -q -p memcached-operator -- crd > "$$tmp/crd.yaml"; \
+	cargo run -q -p memcached-operator -- rbac > "$$tmp/role.yaml"; \
+	mv "$$tmp/crd.yaml" config/crd/bases/cache.example.com_memcacheds.yaml; \
+	mv "$$tmp/role.yaml" config/rbac/role.yaml
 
 # The operator's deployment targets act on the current kubeconfig's cluster (KUBECONFIG or
 # ~/.kube/config), not on testenv's unless KUBECONFIG names it.

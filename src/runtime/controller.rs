@@ -54,6 +54,7 @@ use super::cache::{self, CacheError, CachedKind};
 use super::manager::{Manager, ManagerError};
 use super::metrics::{ControllerMetrics, ReconcileResult};
 use super::predicate::{self, Event, Predicate};
+use super::rbac::{self, Rule};
 use crate::client::Raw;
 
 // === Action and ReconcileError ===
@@ -261,6 +262,8 @@ pub struct Controller<K> {
     wires: Vec<Wire>,
     max_concurrent: usize,
     rate_limiter: Option<Box<dyn RateLimiter<Key>>>,
+    /// The RBAC rules declared with [`rbac`](Self::rbac) and inferred from `owns`.
+    rules: Vec<Rule>,
     _kind: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -276,6 +279,7 @@ impl<K: CachedKind> Controller<K> {
             wires: Vec::new(),
             max_concurrent: 1,
             rate_limiter: None,
+            rules: Vec::new(),
             _kind: std::marker::PhantomData,
         }
     }
@@ -295,12 +299,18 @@ impl<K: CachedKind> Controller<K> {
     /// Also reconciles the controlling owner of kind `K` of every object of kind `D` (the
     /// owner reference with `controller: true`), on its every event; on an update, of the
     /// old and the new object both (controller-runtime's `Owns`).
+    ///
+    /// The controller is taken to set those references, with `blockOwnerDeletion`, as
+    /// [`controller_reference`](super::owner::controller_reference) makes them: its RBAC
+    /// rules gain what the OwnerReferencesPermissionEnforcement admission plugin asks for
+    /// that (delete on `D`, update on `K`'s `finalizers`; see [`rbac`]).
     pub fn owns<D: CachedKind>(self) -> Self {
         self.owns_with::<D>(None)
     }
 
     /// As [`owns`](Self::owns), with a predicate on `D`'s events.
     pub fn owns_with<D: CachedKind>(mut self, predicate: impl Into<Option<Predicate>>) -> Self {
+        self.rules.extend(rbac::owner_reference_rules::<K, D>());
         let predicate = predicate.into();
         let namespaced = <K::Scope as crate::informers::InformerScope>::NAMESPACED;
         self.wires.push(Box::new(move |manager, queue, filters| {
@@ -354,6 +364,35 @@ impl<K: CachedKind> Controller<K> {
         self
     }
 
+    /// Declares what the reconciler does to the API server beyond what the runtime infers
+    /// (kubebuilder's `+kubebuilder:rbac` markers): its writes, and any read that does not
+    /// come from the cache. The cache's list and watch of `K` and of every `owns` and
+    /// `watches` kind are inferred, as are an event recorder's and the owner references'
+    /// needs; see [`rbac`]. The rules join the manager's
+    /// [`rbac_rules`](Manager::rbac_rules) when the controller is
+    /// [`complete`](Self::complete)d.
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use controller_runtime::runtime::{Action, Controller, Manager, ReconcileError};
+    /// use controller_runtime::runtime::rbac::{Rule, Verb};
+    /// use k8s_openapi::api::apps::v1::Deployment;
+    /// # async fn reconcile(_: Arc<Deployment>, _: Arc<()>) -> Result<Action, ReconcileError> {
+    /// #     Ok(Action::done())
+    /// # }
+    /// # fn run(manager: &Manager) -> Result<(), Box<dyn std::error::Error>> {
+    /// Controller::<Deployment>::new(manager)
+    ///     .rbac(Rule::of::<Deployment>().verbs([Verb::Patch]).because("adds an annotation"))
+    ///     .rbac(Rule::status::<Deployment>().verbs([Verb::Patch]))
+    ///     .complete(reconcile, Arc::new(()))?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn rbac(mut self, rule: Rule) -> Self {
+        self.rules.push(rule);
+        self
+    }
+
     /// The controller's name, in logs and metrics; default the lowercased kind (`memcached`).
     /// Names must be unique within a manager.
     pub fn named(mut self, name: impl Into<String>) -> Self {
@@ -377,7 +416,8 @@ impl<K: CachedKind> Controller<K> {
 
     /// Registers the controller with the manager, which runs it once the caches have synced
     /// (and, with leader election, while it leads). `reconcile` gets the object from the
-    /// cache and `context`.
+    /// cache and `context`. Its RBAC rules join the manager's
+    /// [`rbac_rules`](Manager::rbac_rules).
     ///
     /// # Errors
     ///
@@ -419,6 +459,9 @@ impl<K: CachedKind> Controller<K> {
         for wire in self.wires {
             wire(&self.manager, &queue, &filters)?;
         }
+        for rule in self.rules {
+            self.manager.add_rbac(rule);
+        }
         let reconcile = Arc::new(move |obj, ctx| {
             Box::pin(reconcile(obj, ctx)) as Pin<Box<dyn Future<Output = _> + Send>>
         });
@@ -446,6 +489,7 @@ impl<K> fmt::Debug for Controller<K> {
             .field("name", &self.name)
             .field("watches", &self.wires.len())
             .field("max_concurrent_reconciles", &self.max_concurrent)
+            .field("rbac", &self.rules)
             .finish_non_exhaustive()
     }
 }

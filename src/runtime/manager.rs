@@ -28,7 +28,7 @@
 //! once. Losing the lease returns [`ManagerError::LeaderElectionLost`] without waiting: another
 //! replica leads now, and nothing of this one may keep writing.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -46,6 +46,7 @@ use super::cache::{Cache, CacheError, CacheOptions, CachedKind, Store};
 use super::events::{Recorder, default_instance};
 use super::leader_election::{LeaderElectionConfig, LeaderElector};
 use super::metrics::Metrics;
+use super::rbac::{self, Rule};
 use super::server::{self, Checks, MetricsTls, SecureMetricsOptions};
 use super::webhook::WebhookServer;
 use crate::client::{Client, ClientOptions};
@@ -95,6 +96,10 @@ pub enum ManagerError {
     /// The manager was started twice.
     #[error("the manager has already been started")]
     AlreadyStarted,
+    /// The manager was built with [`Manager::offline`], which only collects what its
+    /// controllers need, and cannot run.
+    #[error("the manager was built offline, to generate manifests; it cannot be started")]
+    Offline,
 }
 
 /// How a manager runs. The defaults follow controller-runtime's.
@@ -183,6 +188,8 @@ struct Bound {
 
 #[derive(Default)]
 struct State {
+    /// Built by [`Manager::offline`]: never started.
+    offline: bool,
     controller_names: HashSet<String>,
     /// Run while leading (or always, without leader election).
     leader_runnables: Vec<Runnable>,
@@ -191,6 +198,8 @@ struct State {
     /// The admission webhook server, served from the start, leader or not.
     webhooks: Option<WebhookServer>,
     started: bool,
+    /// The RBAC rules of everything registered so far, declared and inferred.
+    rbac: BTreeSet<Rule>,
 }
 
 impl fmt::Debug for Manager {
@@ -266,6 +275,43 @@ impl Manager {
         })
     }
 
+    /// A manager that never reaches a cluster, for generating manifests where there may be
+    /// none: register the controllers on it as the binary does (`setup(&manager)`), then read
+    /// what they need with [`rbac_rules`](Self::rbac_rules). Nothing connects: its client
+    /// points at `http://offline.invalid`, and [`start`](Self::start) fails with
+    /// [`ManagerError::Offline`].
+    pub fn offline(options: ManagerOptions) -> Manager {
+        let config = Config {
+            cluster_url: http::Uri::from_static("http://offline.invalid"),
+            default_namespace: "default".to_owned(),
+            root_certs: Vec::new(),
+            accept_invalid_certs: false,
+            tls_server_name: None,
+            identity: None,
+            auth: crate::config::Auth::None,
+            source: "offline (no cluster)".to_owned(),
+        };
+        let manager = Manager::with_config(config, options)
+            .expect("a plain-HTTP configuration without credentials always makes a client");
+        manager.shared.state.lock().offline = true;
+        manager
+    }
+
+    /// The RBAC rules of everything registered so far, sorted: what the controllers
+    /// declared ([`Controller::rbac`](super::Controller::rbac)) and what the runtime infers
+    /// (list and watch for every cached kind, the event recorders' events, owner
+    /// references); see [`rbac`]. Give them to [`rbac::ClusterRole`] for the manager's role.
+    pub fn rbac_rules(&self) -> Vec<Rule> {
+        self.shared.state.lock().rbac.iter().cloned().collect()
+    }
+
+    /// Adds a rule to [`rbac_rules`](Self::rbac_rules): for what the binary does outside any
+    /// controller (a runnable's writes, say). A controller's own belong on it:
+    /// [`Controller::rbac`](super::Controller::rbac).
+    pub fn add_rbac(&self, rule: Rule) {
+        self.shared.state.lock().rbac.insert(rule);
+    }
+
     /// The API client: writes go to the API server with it. Its requests are counted in
     /// the manager's `rest_client_*` metrics.
     pub fn client(&self) -> Client {
@@ -279,13 +325,17 @@ impl Manager {
 
     /// Typed reads of kind `K` from the shared cache; see [`Store`]. Ask for stores while
     /// setting up, before [`start`](Self::start): the manager waits for their caches to
-    /// sync before any controller runs.
+    /// sync before any controller runs. The cache lists and watches `K`, so
+    /// [`rbac_rules`](Self::rbac_rules) grants that (a store taken straight from
+    /// [`cache`](Self::cache) is not counted there).
     ///
     /// # Errors
     ///
     /// [`CacheError::Factory`] if the kind is already cached as another Rust type.
     pub fn store<K: CachedKind>(&self) -> Result<Store<K>, CacheError> {
-        self.shared.cache.store::<K>()
+        let store = self.shared.cache.store::<K>()?;
+        self.add_rbac(rbac::cache_rule::<K>());
+        Ok(store)
     }
 
     /// The manager's metrics registry, served on `/metrics`.
@@ -295,7 +345,8 @@ impl Manager {
 
     /// An event recorder reporting as `controller` (e.g. `memcached-controller`), with
     /// `<controller>-<hostname>` as its instance. Series counts it still holds when the
-    /// manager stops are written once the reconciles have finished.
+    /// manager stops are written once the reconciles have finished. It creates and patches
+    /// `events.k8s.io` events, so [`rbac_rules`](Self::rbac_rules) grants that.
     ///
     /// # Errors
     ///
@@ -303,6 +354,7 @@ impl Manager {
     pub fn event_recorder(&self, controller: &str) -> Result<Recorder, super::events::Error> {
         let recorder = Recorder::new(self.client(), controller, &default_instance(controller))?;
         self.shared.recorders.lock().push(recorder.clone());
+        self.add_rbac(rbac::event_recorder_rule());
         Ok(recorder)
     }
 
@@ -446,6 +498,9 @@ impl Manager {
     ) -> Result<(), ManagerError> {
         let (runnables, leader_runnables, webhooks) = {
             let mut state = self.shared.state.lock();
+            if state.offline {
+                return Err(ManagerError::Offline);
+            }
             if std::mem::replace(&mut state.started, true) {
                 return Err(ManagerError::AlreadyStarted);
             }

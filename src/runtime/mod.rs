@@ -21,7 +21,9 @@
 //!   `--metrics-secure`).
 //! * [`events`], [`owner`], [`finalizer`], [`ops`] — an events.k8s.io recorder, owner
 //!   references, finalizers, `create_or_update`, `retry_on_conflict`, server-side apply.
-//! * [`crd`] — CustomResourceDefinitions generated from Rust types.
+//! * [`crd`] — CustomResourceDefinitions generated from Rust types; [`rbac`] — the
+//!   manager's ClusterRole generated from what its controllers declare and the runtime
+//!   infers (kubebuilder's RBAC markers).
 //! * [`webhook`] — admission webhooks over TLS: typed defaulting and validating functions,
 //!   served with a certificate reloaded as its files change.
 //!
@@ -119,6 +121,7 @@ pub mod ops;
 pub mod owner;
 pub mod predicate;
 pub mod preflight;
+pub mod rbac;
 pub mod server;
 pub mod webhook;
 

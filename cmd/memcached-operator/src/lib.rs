@@ -5,7 +5,8 @@
 //!   Rust types.
 //! * [`reconcile`] — the reconciler, one pass top to bottom.
 //! * [`webhook`] — the defaulting and validating admission webhooks.
-//! * [`setup`] — the controller wired into a manager, as the binary runs it.
+//! * [`setup`] — the controller wired into a manager, as the binary runs it, with the RBAC
+//!   rules of its writes; [`rbac_yaml`] and [`crd_yaml`] — the manifests generated from them.
 //!
 //! ```text
 //!  Memcached ──for──▶ ┐
@@ -20,7 +21,8 @@ pub mod webhook;
 use std::sync::Arc;
 
 use controller_runtime::client::Selector;
-use controller_runtime::runtime::{Controller, Manager, ManagerError};
+use controller_runtime::runtime::rbac::{ClusterRole, Rule, Verb};
+use controller_runtime::runtime::{Controller, Manager, ManagerError, ManagerOptions};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 
@@ -44,6 +46,10 @@ pub fn cache_selectors(
 /// Registers the Memcached controller with `manager`: for `Memcached`, owning Deployments,
 /// and watching the memcached Pods (for the status's Pod names).
 ///
+/// Its RBAC rules are what [`reconcile`] writes, declared here; the runtime adds what it
+/// does for the controller (the cache's list and watch of the three kinds, the event
+/// recorder's events, and the owner references' grants). [`rbac_yaml`] writes them all.
+///
 /// # Errors
 ///
 /// If the controller cannot be registered (its name is taken, or a kind is cached as
@@ -59,6 +65,25 @@ pub fn setup(manager: &Manager, default_image: &str) -> Result<(), SetupError> {
     Controller::<Memcached>::new(manager)
         .owns::<Deployment>()
         .watches::<Pod>(reconcile::pod_owner)
+        .rbac(Rule::of::<Memcached>().verbs([Verb::Patch]).because(
+            "the finalizer is added and removed by a merge patch carrying the resourceVersion; \
+             it never creates, reads directly or deletes one",
+        ))
+        .rbac(
+            Rule::status::<Memcached>()
+                .verbs([Verb::Patch])
+                .because("the status is written by a merge patch through the subresource"),
+        )
+        .rbac(
+            Rule::of::<Deployment>()
+                .verbs([Verb::Create, Verb::Patch, Verb::Update])
+                .because(
+                    "the Deployment is written by server-side apply, a patch, which is \
+                     authorized as a create as well when it creates the Deployment; a scale \
+                     is an update of the cached Deployment, or a merge patch when the cache \
+                     was behind",
+                ),
+        )
         .complete(reconcile::reconcile, ctx)?;
     Ok(())
 }
@@ -81,6 +106,21 @@ pub enum SetupError {
 pub fn crd_yaml() -> String {
     use controller_runtime::runtime::crd::CustomResource;
     controller_runtime::runtime::crd::to_yaml(&Memcached::crd())
+}
+
+/// The ClusterRole `manager-role` as YAML, as committed in `config/rbac/role.yaml`: the rules
+/// of the controller [`setup`] registers, on a manager that never connects.
+///
+/// # Errors
+///
+/// If [`setup`] fails.
+pub fn rbac_yaml() -> Result<String, SetupError> {
+    let manager = Manager::offline(ManagerOptions::default());
+    setup(&manager, DEFAULT_IMAGE)?;
+    let role = ClusterRole::new("manager-role", manager.rbac_rules())
+        .label("app.kubernetes.io/name", "memcached-operator")
+        .label("app.kubernetes.io/managed-by", "kustomize");
+    Ok(role.to_yaml())
 }
 
 /// Applies the `Memcached` CRD (server-side, so a changed schema updates it) and waits until

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use controller_runtime::runtime::{ManagerArgs, ManagerOptions};
-use memcached_operator::{cache_selectors, crd_yaml, setup, webhook};
+use memcached_operator::{cache_selectors, crd_yaml, rbac_yaml, setup, webhook};
 
 /// The leader election Lease's name (kubebuilder's `LeaderElectionID`).
 const LEADER_ELECTION_ID: &str = "86f835c3.example.com";
@@ -36,16 +36,29 @@ enum Command {
     /// Print the Memcached CustomResourceDefinition as YAML (what `make manifests` writes to
     /// config/crd/bases/).
     Crd,
+    /// Print the manager's ClusterRole as YAML, generated from the controller's rules (what
+    /// `make manifests` writes to config/rbac/role.yaml).
+    Rbac,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let flags = Flags::parse();
     if let Some(command) = flags.command {
-        match command {
-            Command::Crd => print!("{}", crd_yaml()),
-        }
-        return ExitCode::SUCCESS;
+        let yaml = match command {
+            Command::Crd => Ok(crd_yaml()),
+            Command::Rbac => rbac_yaml(),
+        };
+        return match yaml {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("Error: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let cache = |o: ManagerOptions| ManagerOptions {
         cache: cache_selectors(o.cache),
@@ -62,17 +75,4 @@ async fn main() -> ExitCode {
             Ok(())
         })
         .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_crd_subcommand_parses_and_the_operator_flags_sit_beside_the_managers() {
-        let flags = Flags::try_parse_from(["memcached-operator", "crd"]).unwrap();
-        assert!(matches!(flags.command, Some(Command::Crd)));
-        let flags = Flags::try_parse_from(["memcached-operator", "--leader-elect"]).unwrap();
-        assert!(flags.command.is_none() && flags.manager.leader_elect);
-    }
 }

@@ -1,8 +1,9 @@
 //! The operator's deployment manifests (`config/`) against the real cluster: they render in
 //! kubebuilder's layout, the API server accepts them as `make deploy` would apply them, the
-//! manager's Pod passes the restricted Pod Security Standard, and the RBAC they grant is
-//! exactly the rules written down here, enough to run the operator, and that removing one
-//! breaks it with a clear 403 in its log.
+//! manager's Pod passes the restricted Pod Security Standard, the manager's ClusterRole they
+//! grant is exactly the one the code generates (`memcached_operator::rbac_yaml`) and the other
+//! roles the rules written down here, the generated rules are enough to run the operator, and
+//! removing one breaks it with a clear 403 in its log.
 
 #[path = "../../../tests/support/mod.rs"]
 mod support;
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine as _;
-use controller_runtime::client::{Api, DeleteParams, PostParams};
+use controller_runtime::client::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use controller_runtime::config::{Auth, Secret as Token};
 use controller_runtime::runtime::leader_election::LeaderElectionConfig;
 use controller_runtime::runtime::{CacheOptions, Manager, ManagerOptions};
@@ -23,32 +24,6 @@ use memcached_operator::reconcile::FINALIZER;
 use serde_json::{Value, json};
 use support::cluster::{self, create_namespace};
 use support::{CONVERGE, Kubectl, http_get, unique, wait_until};
-
-/// The ClusterRole the operator runs with, rule by rule (apiGroup, resource, verbs). Any
-/// change to config/rbac/role.yaml must be made here too, so that widening it is a decision
-/// and not an accident; the other test proves these rules are enough.
-const MANAGER_RULES: &[(&str, &str, &[&str])] = &[
-    // Its cache lists and watches them; the finalizer is added and removed by merge patch.
-    (
-        "cache.example.com",
-        "memcacheds",
-        &["list", "patch", "watch"],
-    ),
-    // The status is written by merge patch through the subresource.
-    ("cache.example.com", "memcacheds/status", &["patch"]),
-    // Its cache lists and watches them; a scale is an update (or a merge patch when the
-    // cache was behind); server-side apply is a patch, and one that creates the Deployment
-    // is authorized as a create as well.
-    (
-        "apps",
-        "deployments",
-        &["create", "list", "patch", "update", "watch"],
-    ),
-    // Its cache lists and watches the memcached Pods, for the status's Pod names.
-    ("", "pods", &["list", "watch"]),
-    // Events are created, and a repeated one is patched (its series count).
-    ("events.k8s.io", "events", &["create", "patch"]),
-];
 
 /// The leader election Role: the elector reads, creates and replaces its Lease.
 const LEADER_ELECTION_RULES: &[(&str, &str, &[&str])] = &[(
@@ -200,17 +175,25 @@ impl Drop for Cleanup<'_> {
     }
 }
 
-/// The rules of the rendered `config/rbac`: the manager's ClusterRole and the leader
-/// election Role.
+/// The rules the operator runs with: the manager's ClusterRole and the leader election Role.
 struct Rules {
     manager: Value,
     leader_election: Value,
 }
 
-fn rendered_rules(kubectl: &Kubectl) -> Rules {
+/// The rules of the manager's ClusterRole as the code generates them (committed as
+/// config/rbac/role.yaml, which tests/manifests.rs keeps in step).
+fn generated_manager_rules() -> Value {
+    let yaml = memcached_operator::rbac_yaml().expect("the operator's setup registers");
+    let role: Value = serde_saphyr::from_str(&yaml).expect("the generated role is YAML");
+    role["rules"].clone()
+}
+
+/// The generated manager's rules, and the leader election Role of the rendered `config/rbac`.
+fn operator_rules(kubectl: &Kubectl) -> Rules {
     let objects = render(kubectl, &repo_root().join("config/rbac"));
     Rules {
-        manager: find(&objects, "ClusterRole", "manager-role")["rules"].clone(),
+        manager: generated_manager_rules(),
         leader_election: find(&objects, "Role", "leader-election-role")["rules"].clone(),
     }
 }
@@ -572,8 +555,10 @@ fn config_default_renders_and_the_api_server_accepts_it_as_make_deploy_applies_i
 fn the_rendered_roles_grant_exactly_the_expected_rules() {
     let kubectl = Kubectl::from_env();
     let objects = render(&kubectl, &repo_root().join("config/default"));
+    // The manager's: what the code generates, rule for rule (the cluster test below runs the
+    // operator under them).
     let manager = find(&objects, "ClusterRole", "memcached-operator-manager-role");
-    assert_eq!(grants(&manager["rules"]), expected(MANAGER_RULES));
+    assert_eq!(manager["rules"], generated_manager_rules());
     let leader = find(&objects, "Role", "memcached-operator-leader-election-role");
     assert_eq!(grants(&leader["rules"]), expected(LEADER_ELECTION_RULES));
     let metrics_auth = find(
@@ -639,7 +624,7 @@ fn the_rendered_roles_grant_exactly_the_expected_rules() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs cluster"]
-async fn the_operator_converges_a_memcached_with_only_the_rendered_rbac() {
+async fn the_operator_converges_and_scales_a_memcached_with_only_the_generated_rbac() {
     let kubectl = Kubectl::from_env();
     let admin = cluster::client();
     memcached_operator::install_crd(&admin, CONVERGE)
@@ -652,7 +637,7 @@ async fn the_operator_converges_a_memcached_with_only_the_rendered_rbac() {
         dirs: Vec::new(),
     };
 
-    let rules = rendered_rules(&kubectl);
+    let rules = operator_rules(&kubectl);
     let token = grant(&mut cleanup, &ns, &rules);
     let mut config = cluster::config();
     config.identity = None;
@@ -747,6 +732,31 @@ async fn the_operator_converges_a_memcached_with_only_the_rendered_rbac() {
     };
     wait_until("the Created event", CONVERGE, async || {
         reasons("Created").await
+    })
+    .await;
+
+    // A scale: the cached Deployment is updated with the new replicas (or merge patched when
+    // the cache was behind), and a Scaled event recorded.
+    memcacheds
+        .patch(
+            "cache",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 3}})),
+        )
+        .await
+        .unwrap();
+    wait_until("the deployment is scaled", CONVERGE, async || {
+        let d = deployments.get("cache").await.map_err(|e| e.to_string())?;
+        let replicas = d.spec.and_then(|s| s.replicas);
+        if replicas == Some(3) {
+            return Ok(());
+        }
+        let status = memcacheds.get("cache").await.map(|m| m.status);
+        Err(format!("{replicas:?} replicas; {status:?}"))
+    })
+    .await;
+    wait_until("the Scaled event", CONVERGE, async || {
+        reasons("Scaled").await
     })
     .await;
 
@@ -878,7 +888,7 @@ async fn removing_one_rule_breaks_the_operator_with_a_clear_403_in_its_log() {
     memcached_operator::install_crd(&admin, CONVERGE)
         .await
         .unwrap();
-    let rules = rendered_rules(&kubectl);
+    let rules = operator_rules(&kubectl);
     let spec = MemcachedSpec {
         size: Some(1),
         container_port: 11211,

@@ -16,6 +16,44 @@ fn the_committed_crd_is_what_the_types_generate() {
 }
 
 #[test]
+fn the_committed_role_is_what_the_controllers_rules_generate() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/rbac/role.yaml");
+    let committed = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let generated = memcached_operator::rbac_yaml().expect("the operator's setup registers");
+    assert!(
+        committed == generated,
+        "{} is stale: run `make manifests`",
+        path.display()
+    );
+}
+
+#[test]
+fn the_subcommands_print_the_generated_manifests() {
+    for (command, generated) in [
+        ("crd", memcached_operator::crd_yaml()),
+        ("rbac", memcached_operator::rbac_yaml().unwrap()),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
+            .arg(command)
+            // No cluster configuration is read: generating needs none.
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            generated,
+            "{command}"
+        );
+    }
+}
+
+#[test]
 fn the_schema_bounds_the_size_as_documented() {
     use controller_runtime::runtime::crd::CustomResource;
     let crd = memcached_operator::api::Memcached::crd();
