@@ -116,6 +116,7 @@ pub mod metrics;
 pub mod ops;
 pub mod owner;
 pub mod predicate;
+pub mod resource;
 pub mod server;
 pub mod webhook;
 
@@ -124,3 +125,4 @@ pub use controller::{Action, Controller, ObjectRef, ReconcileError};
 pub use manager::{Manager, ManagerError, ManagerOptions};
 pub use metrics::Metrics;
 pub use predicate::Predicate;
+pub use resource::ResourceExt;
