@@ -118,6 +118,7 @@ pub mod owner;
 pub mod predicate;
 pub mod resource;
 pub mod server;
+pub mod status;
 pub mod webhook;
 
 pub use cache::{Cache, CacheError, CacheOptions, KindTransform, Store, metadata_only};
