@@ -106,6 +106,7 @@
 
 pub mod auth;
 pub mod cache;
+pub mod conditions;
 pub mod controller;
 pub mod crd;
 pub mod events;
