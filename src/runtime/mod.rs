@@ -19,8 +19,13 @@
 //!   `/healthz` and `/readyz` with its response format; [`auth`] — `/metrics` over HTTPS
 //!   for scrapers the API server authenticates and authorizes (kubebuilder's
 //!   `--metrics-secure`).
-//! * [`events`], [`owner`], [`finalizer`], [`ops`] — an events.k8s.io recorder, owner
-//!   references, finalizers, `create_or_update`, `retry_on_conflict`, server-side apply.
+//! * The helpers a reconcile writes with: [`finalizer`] (the flow that holds a deletion
+//!   until cleanup ran, with its optimistically locked writes), [`conditions`]
+//!   (`metav1.Condition`s set by apimachinery's rules), [`status`] (a status write that
+//!   skips an unchanged status), [`ops`] (`apply_cached` for owned objects,
+//!   `create_or_update`, `retry_on_conflict`, server-side apply), [`owner`] (owner
+//!   references), [`events`] (an events.k8s.io recorder) and [`ResourceExt`] (`name()` and
+//!   `namespace()` on every typed object). [`crate::prelude`] imports them all at once.
 //! * [`crd`] — CustomResourceDefinitions generated from Rust types.
 //! * [`webhook`] — admission webhooks over TLS: typed defaulting and validating functions,
 //!   served with a certificate reloaded as its files change.
@@ -40,11 +45,7 @@
 //! ```no_run
 //! use std::sync::Arc;
 //!
-//! use controller_runtime::client::{Api, Client, Patch, PatchParams};
-//! use controller_runtime::runtime::owner::controller_reference;
-//! use controller_runtime::runtime::{
-//!     Action, Controller, Manager, ManagerOptions, ReconcileError, Store,
-//! };
+//! use controller_runtime::prelude::*;
 //! use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 //! use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 //!
@@ -54,8 +55,7 @@
 //! }
 //!
 //! async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
-//!     let (ns, name) = (cm.metadata.namespace.as_deref().unwrap_or_default(),
-//!                       cm.metadata.name.as_deref().unwrap_or_default());
+//!     let (ns, name) = (cm.namespace(), cm.name());
 //!     let current = ctx.secrets.get(ns, name)?;
 //!     if current.is_some_and(|s| s.string_data.is_none() && same_data(&s, &cm)) {
 //!         return Ok(Action::done()); // already mirrored
