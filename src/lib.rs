@@ -16,8 +16,10 @@
 //! - [`runtime`]: the controller runtime: the [`runtime::Manager`] (servers, cache, leader
 //!   election, controllers, graceful stop), [`runtime::Controller`] with its predicates and
 //!   workers, the typed [`runtime::Store`] over a cache of [`client::Raw`] objects, metrics,
-//!   probes, events, owner references, finalizers, and CRDs derived from Rust types
-//!   ([`CustomResource`]).
+//!   probes, events, owner references, CRDs derived from Rust types ([`CustomResource`]),
+//!   and the helpers a reconcile writes with: the finalizer flow, status conditions, status
+//!   and owned-object writes that skip what is unchanged.
+//! - [`prelude`]: all a controller author imports, in one `use`.
 //!
 //! ```text
 //!  kubeconfig / service account ──▶ Config ──▶ Client ──▶ Api<K> ──▶ kube-apiserver
@@ -74,3 +76,45 @@ pub mod runtime;
 pub use informer;
 pub use runtime::crd::CustomResource;
 pub use workqueue;
+
+/// What a controller author needs, in one `use controller_runtime::prelude::*;`: the
+/// manager and controller, the cache's stores, the client, the `CustomResource` derive and
+/// trait, [`ResourceExt`](runtime::ResourceExt)'s `name()` and `namespace()`, and the
+/// helpers a reconcile writes with (the [`finalizer`](runtime::finalizer::finalizer) flow,
+/// [`conditions`](runtime::conditions), [`status`](runtime::status), [`ops`](runtime::ops),
+/// owner references, the events recorder).
+///
+/// ```no_run
+/// use std::sync::Arc;
+///
+/// use controller_runtime::prelude::*;
+/// use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+///
+/// async fn reconcile(cm: Arc<ConfigMap>, client: Arc<Client>) -> Result<Action, ReconcileError> {
+///     let secrets = Api::<Secret>::namespaced((*client).clone(), cm.namespace());
+///     let secret = secrets.get_opt(cm.name()).await?;
+///     println!("{} has a secret: {}", ObjectRef::from_obj(&*cm).key(), secret.is_some());
+///     Ok(Action::done())
+/// }
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let manager = Manager::new(ManagerOptions::default()).await?;
+/// let ctx = Arc::new(manager.client());
+/// Controller::<ConfigMap>::new(&manager).owns::<Secret>().complete(reconcile, ctx)?;
+/// manager.start().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub mod prelude {
+    pub use crate::CustomResource;
+    pub use crate::client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
+    pub use crate::runtime::events::{EventType, Recorder, object_reference};
+    pub use crate::runtime::finalizer::{Event, finalizer};
+    pub use crate::runtime::owner::controller_reference;
+    pub use crate::runtime::status::HasStatus;
+    pub use crate::runtime::{
+        Action, Controller, Manager, ManagerOptions, ObjectRef, Predicate, ReconcileError,
+        ResourceExt, Store, conditions, ops, status,
+    };
+    pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+}

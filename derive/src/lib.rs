@@ -71,6 +71,8 @@ use syn::{DeriveInput, Ident, LitInt, LitStr, Path, Type};
 ///   `Api<Raw<Memcached>>` and informers take it.
 /// - `controller_runtime::runtime::crd::CustomResource`, whose `Memcached::crd()` builds the
 ///   CustomResourceDefinition.
+/// - With a `status` attribute, `controller_runtime::runtime::status::HasStatus`, for the
+///   status helpers.
 ///
 /// The spec (and status) types must implement `Serialize`, `Deserialize`, `JsonSchema`,
 /// `Clone` and `Debug`.
@@ -423,6 +425,22 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
             quote!(4),
         ),
     };
+    let has_status = attrs.status.as_ref().map(|status| {
+        let trait_ = quote!(#krate::runtime::status::HasStatus);
+        quote! {
+            impl #trait_ for #kind_ident {
+                type Status = #status;
+
+                fn status(&self) -> ::core::option::Option<&#status> {
+                    self.status.as_ref()
+                }
+
+                fn status_mut(&mut self) -> &mut ::core::option::Option<#status> {
+                    &mut self.status
+                }
+            }
+        }
+    });
 
     let short_names = &attrs.short_names;
     let categories = &attrs.categories;
@@ -544,6 +562,8 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
                 &mut self.spec
             }
         }
+
+        #has_status
     })
 }
 

@@ -212,6 +212,30 @@ impl ObjectRef {
         }
     }
 
+    /// The object itself: its name, and its namespace unless it is cluster-scoped (kube-rs's
+    /// `ObjectRef::from_obj`).
+    ///
+    /// ```
+    /// use controller_runtime::runtime::ObjectRef;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    ///
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// assert_eq!(ObjectRef::from_obj(&cm), ObjectRef::new("settings"));
+    /// cm.metadata.namespace = Some("shop".into());
+    /// assert_eq!(ObjectRef::from_obj(&cm).key().as_ref(), "shop/settings");
+    /// ```
+    pub fn from_obj<K>(object: &K) -> Self
+    where
+        K: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    {
+        let meta = object.metadata();
+        ObjectRef {
+            namespace: meta.namespace.clone().filter(|ns| !ns.is_empty()),
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+
     /// The same name in `namespace`.
     pub fn within(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());

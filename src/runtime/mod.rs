@@ -14,13 +14,22 @@
 //!   [`watches`](Controller::watches) others through a mapping, filtered by [`Predicate`]s;
 //!   [`complete`](Controller::complete) hands it to the manager with a reconcile function
 //!   `async fn(Arc<K>, Arc<Ctx>) -> Result<Action, ReconcileError>`.
+//! * [`flags`], [`logging`], [`preflight`] — kubebuilder's manager flags as one clap struct
+//!   an operator flattens into its own, with a one-call run ([`ManagerArgs::run`]); logging
+//!   set-up (text or JSON, `RUST_LOG`); and the check before start that every cached kind
+//!   can be listed, which stops a configuration that cannot work with one line.
 //! * [`leader_election`] — Lease-based leader election (15 s / 10 s / 2 s).
 //! * [`metrics`] and [`server`] — `/metrics` with controller-runtime's metric names, and
 //!   `/healthz` and `/readyz` with its response format; [`auth`] — `/metrics` over HTTPS
 //!   for scrapers the API server authenticates and authorizes (kubebuilder's
 //!   `--metrics-secure`).
-//! * [`events`], [`owner`], [`finalizer`], [`ops`] — an events.k8s.io recorder, owner
-//!   references, finalizers, `create_or_update`, `retry_on_conflict`, server-side apply.
+//! * The helpers a reconcile writes with: [`finalizer`] (the flow that holds a deletion
+//!   until cleanup ran, with its optimistically locked writes), [`conditions`]
+//!   (`metav1.Condition`s set by apimachinery's rules), [`status`] (a status write that
+//!   skips an unchanged status), [`ops`] (`apply_cached` for owned objects,
+//!   `create_or_update`, `retry_on_conflict`, server-side apply), [`owner`] (owner
+//!   references), [`events`] (an events.k8s.io recorder) and [`ResourceExt`] (`name()` and
+//!   `namespace()` on every typed object). [`crate::prelude`] imports them all at once.
 //! * [`crd`] — CustomResourceDefinitions generated from Rust types; [`rbac`] — the
 //!   manager's ClusterRole generated from what its controllers declare and the runtime
 //!   infers (kubebuilder's RBAC markers).
@@ -42,11 +51,7 @@
 //! ```no_run
 //! use std::sync::Arc;
 //!
-//! use controller_runtime::client::{Api, Client, Patch, PatchParams};
-//! use controller_runtime::runtime::owner::controller_reference;
-//! use controller_runtime::runtime::{
-//!     Action, Controller, Manager, ManagerOptions, ReconcileError, Store,
-//! };
+//! use controller_runtime::prelude::*;
 //! use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 //! use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 //!
@@ -56,8 +61,7 @@
 //! }
 //!
 //! async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
-//!     let (ns, name) = (cm.metadata.namespace.as_deref().unwrap_or_default(),
-//!                       cm.metadata.name.as_deref().unwrap_or_default());
+//!     let (ns, name) = (cm.namespace(), cm.name());
 //!     let current = ctx.secrets.get(ns, name)?;
 //!     if current.is_some_and(|s| s.string_data.is_none() && same_data(&s, &cm)) {
 //!         return Ok(Action::done()); // already mirrored
@@ -108,6 +112,7 @@
 
 pub mod auth;
 pub mod cache;
+pub mod conditions;
 pub mod controller;
 pub mod crd;
 pub mod events;
@@ -122,7 +127,9 @@ pub mod owner;
 pub mod predicate;
 pub mod preflight;
 pub mod rbac;
+pub mod resource;
 pub mod server;
+pub mod status;
 pub mod webhook;
 
 pub use cache::{
@@ -134,3 +141,4 @@ pub use manager::{Manager, ManagerError, ManagerOptions};
 pub use metrics::Metrics;
 pub use predicate::Predicate;
 pub use preflight::PreflightError;
+pub use resource::ResourceExt;

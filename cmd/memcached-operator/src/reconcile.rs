@@ -3,44 +3,40 @@
 //!
 //! One pass, top to bottom:
 //!
-//! 1. a resource being deleted gets a `Deleting` event and loses our finalizer; its
-//!    Deployment goes with it by garbage collection (it is owned);
-//! 2. a resource without our finalizer gets it, and the pass ends (its update comes back);
-//! 3. the Deployment is compared with what the spec asks for, and applied when it differs:
-//!    created, scaled, or a hand edit reverted;
-//! 4. the status is computed from what actually runs (the Deployment's ready replicas, the
-//!    Pods' names) and written when it changed.
+//! 1. the runtime's [`finalizer`] flow holds deletions: a resource without our finalizer
+//!    gets it, and the pass ends (its update comes back); a resource being deleted gets a
+//!    `Deleting` event and loses our finalizer, and its Deployment goes with it by garbage
+//!    collection (it is owned);
+//! 2. the Deployment is brought to what the spec asks for: created, scaled, or a hand edit
+//!    reverted, each with an event; a refused write leaves the resource `Degraded`;
+//! 3. the status is computed from what actually runs (the Deployment's ready replicas, the
+//!    Pods' names), its conditions set by Kubernetes' rules, and written when it changed.
 //!
 //! Reads come from the manager's cache; writes go to the API server. Finalizer writes carry
 //! the resourceVersion they were computed from, so a stale read fails with 409 and is
-//! retried with backoff instead of losing someone else's change. A scale, the usual change,
-//! updates the cached Deployment with the new replicas (the cheapest write for the API
-//! server), carrying its resourceVersion; when the cache was behind, a merge patch of the
-//! replicas alone follows at once. Any other change to the Deployment is a server-side
-//! apply, which needs no read-modify-write. The status is written through its subresource.
-//! A pass that changes nothing writes nothing, so the loop settles.
+//! retried with backoff instead of losing someone else's change. The Deployment is written
+//! by [`ops::apply_cached`]: a scale, the usual change, is an update of the cached
+//! Deployment (the cheapest write for the API server), followed by a merge patch of the
+//! replicas alone when the cache was behind; a change inside a list (the image, the port)
+//! is a server-side apply. The status is written through its subresource. A pass that
+//! changes nothing writes nothing, so the loop settles.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use controller_runtime::client::{Api, Client, Patch, PatchParams, PostParams};
-use controller_runtime::runtime::events::{EventType, Recorder, object_reference};
-use controller_runtime::runtime::finalizer::has_finalizer;
-use controller_runtime::runtime::owner::controller_reference;
-use controller_runtime::runtime::{Action, ObjectRef, ReconcileError, Store, ops};
+use controller_runtime::prelude::*;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, Pod, PodSecurityContext, PodSpec, PodTemplateSpec,
     SeccompProfile, SecurityContext,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use crate::api::{Memcached, MemcachedStatus, condition};
 
 /// Our finalizer: a deleted resource is held until the operator has seen its deletion.
 pub const FINALIZER: &str = "cache.example.com/finalizer";
-/// The field manager of the operator's server-side applies.
+/// The field manager of the operator's writes.
 pub const FIELD_MANAGER: &str = "memcached-operator";
 /// The label every Pod of every memcached cluster carries; the operator caches only Pods
 /// with it.
@@ -69,13 +65,11 @@ pub struct Context {
 /// A write the API server refused (a conflict, a 422, RBAC); the controller retries it with
 /// backoff. A finalizer write that met a newer resource version is one of them.
 pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    let ns = mc.metadata.namespace.as_deref().unwrap_or_default();
-    let name = mc.metadata.name.as_deref().unwrap_or_default();
-    let memcacheds = Api::<Memcached>::namespaced(ctx.client.clone(), ns);
-
-    // 1. Being deleted: say so, and let go.
-    if mc.metadata.deletion_timestamp.is_some() {
-        if has_finalizer(&*mc, FINALIZER) {
+    let memcacheds = Api::<Memcached>::namespaced(ctx.client.clone(), mc.namespace());
+    finalizer(&memcacheds, FINALIZER, mc, async |event| match event {
+        Event::Apply(mc) => apply(&mc, &ctx, &memcacheds).await,
+        Event::Cleanup(mc) => {
+            let (ns, name) = (mc.namespace(), mc.name());
             ctx.recorder.publish(
                 object_reference(&*mc),
                 EventType::Warning,
@@ -83,59 +77,56 @@ pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, 
                 "DeleteCR",
                 format!("Custom Resource {name} is being deleted from the namespace {ns}"),
             );
-            let rest = finalizers(&mc).filter(|f| f != FINALIZER).collect();
-            set_finalizers(&memcacheds, &mc, rest).await?;
+            Ok(Action::done())
         }
-        return Ok(Action::done());
-    }
+    })
+    .await
+}
 
-    // 2. Hold deletions until we have seen them.
-    if !has_finalizer(&*mc, FINALIZER) {
-        let all = finalizers(&mc).chain([FINALIZER.to_owned()]).collect();
-        set_finalizers(&memcacheds, &mc, all).await?;
-        return Ok(Action::done());
-    }
-
-    // 3. The Deployment, as the spec asks.
-    let want = deployment_for(&mc, &ctx.default_image)?;
-    let cached = ctx.deployments.get(ns, name)?;
-    let deployment = match cached.as_deref() {
-        Some(have) if !differs(have, &want) => have.clone(),
-        have => {
-            let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), ns);
-            match write_deployment(&deployments, have, &want).await {
-                Ok(written) => {
-                    announce(&ctx, &mc, have, &want);
-                    written
-                }
-                Err(error) => {
-                    ctx.recorder.publish(
-                        object_reference(&*mc),
-                        EventType::Warning,
-                        "FailedWrite",
-                        "ApplyDeployment",
-                        format!("Failed to write Deployment {ns}/{name}: {error}"),
-                    );
-                    let degraded = (condition::DEGRADED, true, "DeploymentWriteFailed");
-                    let status = status_for(&mc, have, &[], Some((degraded, &error.to_string())));
-                    write_status(&memcacheds, &mc, status).await?;
-                    return Err(error.into());
-                }
-            }
+/// Steps 2 and 3 of the [module docs](self), for a live resource that holds our finalizer.
+async fn apply(
+    mc: &Memcached,
+    ctx: &Context,
+    memcacheds: &Api<Memcached>,
+) -> Result<Action, ReconcileError> {
+    let (ns, name) = (mc.namespace(), mc.name());
+    let want = deployment_for(mc, &ctx.default_image)?;
+    let have = ctx.deployments.get(ns, name)?;
+    let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), ns);
+    let written = ops::apply_cached(&deployments, have.as_deref(), &want, FIELD_MANAGER).await;
+    let deployment = match written {
+        Ok((deployment, ops::OperationResult::Unchanged)) => deployment,
+        Ok((deployment, _)) => {
+            announce(ctx, mc, have.as_deref(), &want);
+            deployment
+        }
+        Err(error) => {
+            ctx.recorder.publish(
+                object_reference(mc),
+                EventType::Warning,
+                "FailedWrite",
+                "ApplyDeployment",
+                format!("Failed to write Deployment {ns}/{name}: {error}"),
+            );
+            let (failed, message) = ("DeploymentWriteFailed", error.to_string());
+            let degraded = conditions::new(condition::DEGRADED, true, failed, message);
+            let status = status_for(mc, have.as_deref(), None, degraded);
+            status::write(memcacheds, mc, &status).await?;
+            return Err(error.into());
         }
     };
 
-    // 4. The status, from what runs.
-    let pods = ctx.pods.select(Some(ns), &instance_selector(name))?;
     // Pods on their way out (deletion timestamp set) no longer count.
-    let mut nodes: Vec<String> = pods
+    let pods = ctx.pods.select(Some(ns), &instance_selector(name))?;
+    let live = pods
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
+        .filter(|p| p.metadata.deletion_timestamp.is_none());
+    let mut nodes: Vec<String> = live.map(|p| p.name().to_owned()).collect();
     nodes.sort();
-    let status = status_for(&mc, Some(&deployment), &nodes, None);
-    write_status(&memcacheds, &mc, status).await?;
+    let matches = "the Deployment matches the spec";
+    let reconciled = conditions::new(condition::DEGRADED, false, "Reconciled", matches);
+    let status = status_for(mc, Some(&deployment), Some(nodes), reconciled);
+    status::write(memcacheds, mc, &status).await?;
     Ok(Action::done())
 }
 
@@ -145,8 +136,7 @@ pub fn pod_owner(pod: &Pod) -> Vec<ObjectRef> {
     let Some(instance) = labels.and_then(|l| l.get(INSTANCE)) else {
         return Vec::new();
     };
-    let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    vec![ObjectRef::new(instance.clone()).within(ns)]
+    vec![ObjectRef::new(instance.clone()).within(pod.namespace())]
 }
 
 // === the Deployment ===
@@ -237,31 +227,8 @@ pub fn deployment_for(mc: &Memcached, default_image: &str) -> Result<Deployment,
     })
 }
 
-/// Whether the Deployment lacks something the operator sets: its replicas, image, port,
-/// labels or owner.
-fn differs(have: &Deployment, want: &Deployment) -> bool {
-    let spec = |d: &Deployment| d.spec.clone().unwrap_or_default();
-    let container = |d: &Deployment| {
-        let pod = spec(d).template.spec.unwrap_or_default();
-        pod.containers.into_iter().next().unwrap_or_default()
-    };
-    // The server fills in defaults (a port's protocol, say): compare what we set.
-    let ports = |c: &Container| -> Vec<(i32, Option<String>)> {
-        let ports = c.ports.iter().flatten();
-        ports.map(|p| (p.container_port, p.name.clone())).collect()
-    };
-    let (h, w) = (container(have), container(want));
-    spec(have).replicas != spec(want).replicas
-        || h.image != w.image
-        || ports(&h) != ports(&w)
-        || have.metadata.labels != want.metadata.labels
-        || have.metadata.owner_references != want.metadata.owner_references
-}
-
-/// Writes the Deployment (see the [module docs](self)): a scale alone is an update of the
-/// cached Deployment, as the Go sample writes it, or a merge patch of `spec.replicas` if
-/// the update meets a newer version (409); anything else, or a Deployment not there yet, is
-/// a server-side apply of the whole of `want`.
+/// Writes the Deployment as [`reconcile`] does, with [`ops::apply_cached`] (see the
+/// [module docs](self)), given the cached copy `have`; returns it as written.
 ///
 /// # Errors
 ///
@@ -271,38 +238,13 @@ pub async fn write_deployment(
     have: Option<&Deployment>,
     want: &Deployment,
 ) -> Result<Deployment, ops::Error> {
-    let replicas = want.spec.as_ref().and_then(|s| s.replicas);
-    let Some(mut scaled) = have.cloned() else {
-        return ops::apply(api, want, FIELD_MANAGER).await;
-    };
-    if let Some(spec) = scaled.spec.as_mut() {
-        spec.replicas = replicas;
-    }
-    if differs(&scaled, want) {
-        return ops::apply(api, want, FIELD_MANAGER).await;
-    }
-    let name = want.metadata.name.as_deref().unwrap_or_default();
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..PostParams::default()
-    };
-    match api.replace(name, &params, &scaled).await {
-        Err(e) if e.is_conflict() => {
-            let patch = serde_json::json!({ "spec": { "replicas": replicas } });
-            let params = PatchParams {
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-                ..PatchParams::default()
-            };
-            Ok(api.patch(name, &params, &Patch::Merge(patch)).await?)
-        }
-        written => Ok(written?),
-    }
+    Ok(ops::apply_cached(api, have, want, FIELD_MANAGER).await?.0)
 }
 
 /// Records what a write of the Deployment did.
 fn announce(ctx: &Context, mc: &Memcached, have: Option<&Deployment>, want: &Deployment) {
     let replicas = |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let name = mc.metadata.name.as_deref().unwrap_or_default();
+    let name = mc.name();
     let (reason, action, note) = match have {
         None => (
             "Created",
@@ -325,153 +267,60 @@ fn announce(ctx: &Context, mc: &Memcached, have: Option<&Deployment>, want: &Dep
         ),
     };
     tracing::info!(reason, "{note}");
-    ctx.recorder.publish(
-        object_reference(mc),
-        EventType::Normal,
-        reason,
-        action,
-        note,
-    );
+    let regarding = object_reference(mc);
+    ctx.recorder
+        .publish(regarding, EventType::Normal, reason, action, note);
 }
 
 // === the status ===
 
-type Fault<'a> = ((&'static str, bool, &'static str), &'a str);
-
-/// The status that describes `deployment` and `nodes`, or a failure to write the
-/// Deployment.
+/// The status that describes `deployment` and the Pods `nodes` (`None`: the names shown
+/// before), with `degraded` as the `Degraded` condition.
 fn status_for(
     mc: &Memcached,
     deployment: Option<&Deployment>,
-    nodes: &[String],
-    fault: Option<Fault<'_>>,
+    nodes: Option<Vec<String>>,
+    degraded: Condition,
 ) -> MemcachedStatus {
-    let size = mc.spec.size();
+    let (size, generation) = (mc.spec.size(), mc.metadata.generation);
     let ready = deployment
-        .and_then(|d| d.status.as_ref())
-        .and_then(|s| s.ready_replicas)
+        .and_then(|d| d.status.as_ref()?.ready_replicas)
         .unwrap_or(0);
-    let generation = mc.metadata.generation;
-    let old = mc.status.clone().unwrap_or_default();
-    let mut conditions = old.conditions.clone();
-    let mut set = |type_: &str, status: bool, reason: &str, message: String| {
-        set_condition(&mut conditions, type_, status, reason, message, generation);
-    };
     let counted = format!("{ready} of {size} memcached pods are ready");
-    if ready >= size {
-        set(condition::AVAILABLE, true, "PodsReady", counted.clone());
-        set(condition::PROGRESSING, false, "Stable", counted);
+    let (available, progressing) = (condition::AVAILABLE, condition::PROGRESSING);
+    let pods = if ready >= size {
+        [
+            (available, true, "PodsReady"),
+            (progressing, false, "Stable"),
+        ]
     } else {
-        set(condition::AVAILABLE, false, "PodsNotReady", counted.clone());
-        set(condition::PROGRESSING, true, "PodsStarting", counted);
-    }
-    match fault {
-        Some(((type_, status, reason), message)) => set(type_, status, reason, message.to_owned()),
-        None => set(
-            condition::DEGRADED,
-            false,
-            "Reconciled",
-            "the Deployment matches the spec".to_owned(),
-        ),
-    }
-    MemcachedStatus {
-        conditions,
-        observed_generation: generation,
-        nodes: if fault.is_some() {
-            old.nodes
-        } else {
-            nodes.to_vec()
-        },
-        ready_replicas: Some(ready),
-    }
-}
-
-/// Sets a condition as apimachinery's `meta.SetStatusCondition` does: the transition time
-/// moves only when the status changes.
-fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-) {
-    let status = if status { "True" } else { "False" }.to_owned();
-    let now = Time(now());
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != status {
-                c.last_transition_time = now;
-            }
-            c.status = status;
-            c.reason = reason.to_owned();
-            c.message = message;
-            c.observed_generation = generation;
-        }
-        None => conditions.push(Condition {
-            type_: type_.to_owned(),
-            status,
-            reason: reason.to_owned(),
-            message,
+        [
+            (available, false, "PodsNotReady"),
+            (progressing, true, "PodsStarting"),
+        ]
+    };
+    let pods = pods.map(|(type_, ok, reason)| conditions::new(type_, ok, reason, &counted));
+    let mut status = mc.status.clone().unwrap_or_default();
+    for c in pods.into_iter().chain([degraded]) {
+        let c = Condition {
             observed_generation: generation,
-            last_transition_time: now,
-        }),
+            ..c
+        };
+        conditions::set(&mut status.conditions, c);
     }
-}
-
-/// The time now, to the second (metav1.Time's precision).
-fn now() -> Timestamp {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    Timestamp::from_second(seconds).unwrap_or_default()
-}
-
-/// Writes `status` through the status subresource, unless it is what the resource shows.
-async fn write_status(
-    api: &Api<Memcached>,
-    mc: &Memcached,
-    status: MemcachedStatus,
-) -> Result<(), ReconcileError> {
-    if mc.status.as_ref() == Some(&status) {
-        return Ok(());
+    status.observed_generation = generation;
+    status.ready_replicas = Some(ready);
+    if let Some(nodes) = nodes {
+        status.nodes = nodes;
     }
-    let name = mc.metadata.name.as_deref().unwrap_or_default();
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({ "status": status })),
-    )
-    .await?;
-    Ok(())
-}
-
-// === the finalizer ===
-
-fn finalizers(mc: &Memcached) -> impl Iterator<Item = String> + '_ {
-    mc.metadata.finalizers.iter().flatten().cloned()
-}
-
-/// Sets the finalizers, only if the resource is still at the version they were computed
-/// from: a merge patch carrying the resourceVersion is refused with 409 Conflict when the
-/// resource has changed since (controller-runtime's `MergeFromWithOptimisticLock`).
-async fn set_finalizers(
-    api: &Api<Memcached>,
-    mc: &Memcached,
-    finalizers: Vec<String>,
-) -> Result<(), ReconcileError> {
-    let name = mc.metadata.name.as_deref().unwrap_or_default();
-    let patch = serde_json::json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": mc.metadata.resource_version,
-    }});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await?;
-    Ok(())
+    status
 }
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
     use super::*;
     use crate::api::MemcachedSpec;
 
@@ -497,7 +346,16 @@ mod tests {
         pod.containers[0].ports.as_mut().unwrap()[0].protocol = Some("TCP".to_owned());
         pod.containers[0].termination_message_path = Some("/dev/termination-log".to_owned());
         have.spec.as_mut().unwrap().revision_history_limit = Some(10);
-        assert!(!differs(&have, &want));
+        assert!(ops::is_applied(&have, &want));
+    }
+
+    #[test]
+    fn labels_others_add_do_not_count_as_a_difference() {
+        let want = deployment_for(&memcached(3), "memcached:1").unwrap();
+        let mut have = want.clone();
+        let labels = have.metadata.labels.as_mut().unwrap();
+        labels.insert("team".to_owned(), "cache".to_owned());
+        assert!(ops::is_applied(&have, &want));
     }
 
     #[test]
@@ -509,7 +367,7 @@ mod tests {
         other_port.spec.container_port = 11212;
         let other_port = deployment_for(&other_port, "memcached:1").unwrap();
         for have in [scaled, other_image, other_port] {
-            assert!(differs(&have, &want));
+            assert!(!ops::is_applied(&have, &want));
         }
     }
 
@@ -522,45 +380,67 @@ mod tests {
         assert_ne!(a.spec.unwrap().selector, b.spec.unwrap().selector);
     }
 
+    fn with_ready(ready: i32) -> Deployment {
+        let mut d = Deployment::default();
+        d.status.get_or_insert_default().ready_replicas = Some(ready);
+        d
+    }
+
     #[test]
     fn a_condition_keeps_its_transition_time_until_its_status_changes() {
-        let mut conditions = Vec::new();
-        set_condition(
-            &mut conditions,
-            "Available",
-            false,
-            "PodsNotReady",
-            "0 of 1".into(),
-            Some(1),
-        );
-        let first = conditions[0].last_transition_time.clone();
-        conditions[0].last_transition_time = Time(Timestamp::UNIX_EPOCH);
-        set_condition(
-            &mut conditions,
-            "Available",
-            false,
-            "PodsNotReady",
-            "0 of 2".into(),
-            Some(2),
-        );
+        let mut mc = memcached(2);
+        mc.metadata.generation = Some(1);
+        let fine = || conditions::new(condition::DEGRADED, false, "Reconciled", "fine");
+        let nodes = Some(vec!["cache-a".to_owned()]);
+        let mut status = status_for(&mc, Some(&with_ready(0)), nodes.clone(), fine());
+        let available = |s: &MemcachedStatus| {
+            conditions::find(&s.conditions, condition::AVAILABLE)
+                .unwrap()
+                .clone()
+        };
+        assert!(available(&status).last_transition_time.0 > Timestamp::UNIX_EPOCH);
+        status.conditions[0].last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        mc.status = Some(status);
+        mc.metadata.generation = Some(2);
+
+        // Still not available: only the message and the generation move.
+        let status = status_for(&mc, Some(&with_ready(1)), nodes.clone(), fine());
+        let still = available(&status);
+        assert_eq!(still.last_transition_time, Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(still.message, "1 of 2 memcached pods are ready");
+        assert_eq!(still.observed_generation, Some(2));
+        mc.status = Some(status);
+
+        // Available now: the transition time moves.
+        let status = status_for(&mc, Some(&with_ready(2)), nodes, fine());
+        let now = available(&status);
         assert_eq!(
-            conditions[0].last_transition_time,
-            Time(Timestamp::UNIX_EPOCH)
+            (now.status.as_str(), now.reason.as_str()),
+            ("True", "PodsReady")
         );
-        assert_eq!(conditions[0].message, "0 of 2");
-        set_condition(
-            &mut conditions,
-            "Available",
-            true,
-            "PodsReady",
-            "2 of 2".into(),
-            Some(2),
+        assert_ne!(now.last_transition_time, Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(status.conditions.len(), 3);
+        assert_eq!(status.ready_replicas, Some(2));
+    }
+
+    #[test]
+    fn a_failed_write_is_degraded_and_keeps_the_pods_shown() {
+        let mut mc = memcached(1);
+        mc.status = Some(MemcachedStatus {
+            nodes: vec!["cache-a".to_owned()],
+            ..MemcachedStatus::default()
+        });
+        let refused = conditions::new(condition::DEGRADED, true, "DeploymentWriteFailed", "no");
+        let status = status_for(&mc, None, None, refused);
+        let degraded = conditions::find(&status.conditions, condition::DEGRADED).unwrap();
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "DeploymentWriteFailed")
         );
-        assert_ne!(
-            conditions[0].last_transition_time,
-            Time(Timestamp::UNIX_EPOCH)
-        );
-        assert!(first.0 > Timestamp::UNIX_EPOCH);
-        assert_eq!(conditions.len(), 1);
+        assert_eq!(status.nodes, ["cache-a"]);
+        assert!(conditions::is_false(
+            &status.conditions,
+            condition::AVAILABLE
+        ));
     }
 }
