@@ -21,9 +21,10 @@
 //!   `--metrics-secure`).
 //! * [`events`], [`owner`], [`finalizer`], [`ops`] — an events.k8s.io recorder, owner
 //!   references, finalizers, `create_or_update`, `retry_on_conflict`, server-side apply.
-//! * [`crd`] — CustomResourceDefinitions generated from Rust types; [`rbac`] — the
-//!   manager's ClusterRole generated from what its controllers declare and the runtime
-//!   infers (kubebuilder's RBAC markers).
+//! * [`crd`] — CustomResourceDefinitions generated from Rust types, one version or
+//!   several merged; [`conversion`] — the conversion webhook between those versions,
+//!   through a hub version; [`rbac`] — the manager's ClusterRole generated from what its
+//!   controllers declare and the runtime infers (kubebuilder's RBAC markers).
 //! * [`webhook`] — admission webhooks over TLS: typed defaulting and validating functions,
 //!   served with a certificate reloaded as its files change.
 //!
@@ -109,6 +110,7 @@
 pub mod auth;
 pub mod cache;
 pub mod controller;
+pub mod conversion;
 pub mod crd;
 pub mod events;
 pub mod finalizer;
