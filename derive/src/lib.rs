@@ -77,6 +77,10 @@ use syn::{DeriveInput, Ident, LitInt, LitStr, Path, Type};
 /// The spec (and status) types must implement `Serialize`, `Deserialize`, `JsonSchema`,
 /// `Clone` and `Debug`.
 ///
+/// A kind served in several versions has one derived type per version, each with the same
+/// group, kind and names and its own `version`, joined into one CRD by
+/// `controller_runtime::runtime::crd::merge`.
+///
 /// # Attributes
 ///
 /// All in one `#[resource(..)]` (several `#[resource]` attributes add up):
@@ -93,6 +97,7 @@ use syn::{DeriveInput, Ident, LitInt, LitStr, Path, Type};
 /// | `shortname = "mc"` | a short name for kubectl; repeatable |
 /// | `category = "all"` | a category (`kubectl get all`); repeatable |
 /// | `printcolumn(name = "Size", type = "integer", json_path = ".spec.size")` | a `kubectl get` column; also `description = ".."`, `format = ".."`, `priority = 1`; repeatable |
+/// | `scale(spec_replicas_path = ".spec.size", status_replicas_path = ".status.readyReplicas")` | the `scale` subresource, for `kubectl scale` and autoscalers: the paths of the desired and observed replicas (under `.spec` and `.status`); also `label_selector_path = ".status.selector"`, the path of the Pods' label selector as a string, which an autoscaler needs |
 /// | `derive = "PartialEq"` | another derive for the generated struct; repeatable |
 /// | `crate = "::controller_runtime"` | where the runtime crate is (inside it: `crate = "crate"`) |
 #[proc_macro_derive(CustomResource, attributes(resource))]
@@ -129,6 +134,7 @@ struct Attrs {
     columns: Vec<Column>,
     derives: Vec<Path>,
     krate: Option<Path>,
+    scale: Option<ScaleAttr>,
 }
 
 impl Attrs {
@@ -191,10 +197,16 @@ impl Attrs {
         } else if path.is_ident("printcolumn") {
             self.columns.push(parse_column(&meta)?);
             Ok(())
+        } else if path.is_ident("scale") {
+            if self.scale.is_some() {
+                return Err(meta.error("given twice"));
+            }
+            self.scale = Some(parse_scale(&meta)?);
+            Ok(())
         } else {
             Err(meta.error(
                 "unknown attribute; expected one of group, version, kind, namespaced, status, \
-                 plural, singular, shortname, category, printcolumn, derive, crate",
+                 plural, singular, shortname, category, printcolumn, scale, derive, crate",
             ))
         }
     }
@@ -247,6 +259,79 @@ fn parse_column(meta: &ParseNestedMeta<'_>) -> syn::Result<Column> {
         format,
         priority,
     })
+}
+
+/// The `scale(..)` attribute: the paths of the `scale` subresource.
+struct ScaleAttr {
+    spec_replicas_path: String,
+    status_replicas_path: String,
+    label_selector_path: Option<String>,
+}
+
+/// Parses `scale(spec_replicas_path = "..", status_replicas_path = "..",
+/// label_selector_path = "..")`, refusing paths the API server would refuse: each a plain
+/// JSON path (no array index) under `.spec` (the desired replicas), `.status` (the observed
+/// replicas) and `.status` or `.spec` (the label selector).
+fn parse_scale(meta: &ParseNestedMeta<'_>) -> syn::Result<ScaleAttr> {
+    let (mut spec, mut status, mut selector) = (None, None, None);
+    meta.parse_nested_meta(|inner| {
+        let (slot, roots, under): (&mut Option<String>, &[&str], &str) =
+            if inner.path.is_ident("spec_replicas_path") {
+                (&mut spec, &[".spec."], ".spec")
+            } else if inner.path.is_ident("status_replicas_path") {
+                (&mut status, &[".status."], ".status")
+            } else if inner.path.is_ident("label_selector_path") {
+                (&mut selector, &[".status.", ".spec."], ".status or .spec")
+            } else {
+                return Err(inner.error(
+                    "unknown scale attribute; expected spec_replicas_path, \
+                     status_replicas_path or label_selector_path",
+                ));
+            };
+        if slot.is_some() {
+            return Err(inner.error("given twice"));
+        }
+        let lit: LitStr = inner.value()?.parse()?;
+        let path = lit.value();
+        let plain = path
+            .split('.')
+            .skip(1)
+            .all(|field| !field.is_empty() && !field.contains(['[', ']', ' ', '*']));
+        if !roots.iter().any(|root| path.starts_with(root)) || !plain {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!("{path:?} is not a JSON path of fields under {under} (no array index)"),
+            ));
+        }
+        *slot = Some(path);
+        Ok(())
+    })?;
+    let missing = |what: &str| meta.error(format!("scale needs {what} = \"..\""));
+    Ok(ScaleAttr {
+        spec_replicas_path: spec.ok_or_else(|| missing("spec_replicas_path"))?,
+        status_replicas_path: status.ok_or_else(|| missing("status_replicas_path"))?,
+        label_selector_path: selector,
+    })
+}
+
+/// The `KindInfo::scale` value of the attribute.
+fn scale_tokens(scale: Option<&ScaleAttr>, crd: &TokenStream2) -> TokenStream2 {
+    let Some(ScaleAttr {
+        spec_replicas_path,
+        status_replicas_path,
+        label_selector_path,
+    }) = scale
+    else {
+        return quote!(::core::option::Option::None);
+    };
+    let label_selector_path = option_str(label_selector_path.as_deref());
+    quote! {
+        ::core::option::Option::Some(#crd::Scale {
+            spec_replicas_path: #spec_replicas_path,
+            status_replicas_path: #status_replicas_path,
+            label_selector_path: #label_selector_path,
+        })
+    }
 }
 
 /// Whether `s` is a lowercase RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63.
@@ -467,6 +552,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
         }
     });
     let namespaced = attrs.namespaced;
+    let scale = scale_tokens(attrs.scale.as_ref(), &crd);
 
     Ok(quote! {
         #[doc = #doc]
@@ -545,6 +631,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
                 short_names: &[#(#short_names),*],
                 categories: &[#(#categories),*],
                 printer_columns: &[#(#columns),*],
+                scale: #scale,
             };
 
             fn crd() -> #k8s::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
@@ -649,6 +736,26 @@ mod tests {
             ),
             (r#"struct S;"#, "needs #[resource"),
             (
+                r#"#[resource(group = "a.b", version = "v1", kind = "A", scale(spec_replicas_path = ".status.n", status_replicas_path = ".status.n"))] struct S;"#,
+                "\".status.n\" is not a JSON path of fields under .spec",
+            ),
+            (
+                r#"#[resource(group = "a.b", version = "v1", kind = "A", scale(spec_replicas_path = ".spec.n", status_replicas_path = ".status.pods[0]"))] struct S;"#,
+                "under .status (no array index)",
+            ),
+            (
+                r#"#[resource(group = "a.b", version = "v1", kind = "A", scale(spec_replicas_path = ".spec.n", status_replicas_path = ".status.n", label_selector_path = ".metadata.labels"))] struct S;"#,
+                "under .status or .spec",
+            ),
+            (
+                r#"#[resource(group = "a.b", version = "v1", kind = "A", scale(spec_replicas_path = ".spec.n"))] struct S;"#,
+                "scale needs status_replicas_path",
+            ),
+            (
+                r#"#[resource(group = "a.b", version = "v1", kind = "A", scale(replicas = ".spec.n"))] struct S;"#,
+                "unknown scale attribute",
+            ),
+            (
                 r#"#[resource(group = "a.b", version = "v1", kind = "A")] struct S<T>(T);"#,
                 "generic",
             ),
@@ -657,6 +764,31 @@ mod tests {
             let err = expand_str(source).expect_err(source);
             assert!(err.contains(expected), "{source}: {err}");
         }
+    }
+
+    #[test]
+    fn the_scale_attribute_fills_the_kinds_scale() {
+        let scaled = expand_str(
+            r#"#[resource(group = "a.example.com", version = "v1", kind = "Pool", crate = "crate",
+                          scale(spec_replicas_path = ".spec.size",
+                                status_replicas_path = ".status.readyReplicas",
+                                label_selector_path = ".status.selector"))] pub struct PoolSpec;"#,
+        )
+        .unwrap();
+        assert!(
+            scaled.contains(
+                r#"scale : :: core :: option :: Option :: Some (crate :: runtime :: crd :: Scale { spec_replicas_path : ".spec.size" , status_replicas_path : ".status.readyReplicas" , label_selector_path : :: core :: option :: Option :: Some (".status.selector") , })"#
+            ),
+            "{scaled}"
+        );
+        let unscaled = expand_str(
+            r#"#[resource(group = "a.example.com", version = "v1", kind = "Pool")] pub struct PoolSpec;"#,
+        )
+        .unwrap();
+        assert!(
+            unscaled.contains("scale : :: core :: option :: Option :: None"),
+            "{unscaled}"
+        );
     }
 
     #[test]

@@ -55,7 +55,20 @@
 //! The kind works wherever a k8s-openapi kind does: `Api<Memcached>`, `Api<Raw<Memcached>>`
 //! and informers (it implements `k8s_openapi::Resource`, `ListableResource` and
 //! `Metadata<Ty = ObjectMeta>`). See [`CustomResource`](macro@CustomResource) for every
-//! attribute.
+//! attribute; `scale(..)` among them gives the kind the `scale` subresource, so that
+//! `kubectl scale` works on it.
+//!
+//! # Several versions
+//!
+//! A kind that grows a new version keeps the old one served for the clients that use it.
+//! Each version is its own derived type (same group and kind, another `version`, usually in
+//! a module named after it), and [`merge`] joins their CRDs into one that serves every
+//! version and stores one. The API server converts each object between the stored version
+//! and the one a client asks for: by a conversion webhook that
+//! [`webhook_conversion`] names in the CRD, and that
+//! [`runtime::conversion`](crate::runtime::conversion) implements from `From`/`TryFrom`
+//! conversions of each version to and from one *hub* version (see its module docs for the
+//! whole example).
 //!
 //! # Structural schemas
 //!
@@ -87,8 +100,9 @@
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceColumnDefinition, CustomResourceDefinition, CustomResourceDefinitionNames,
-    CustomResourceDefinitionSpec, CustomResourceDefinitionVersion, CustomResourceSubresourceStatus,
-    CustomResourceSubresources, CustomResourceValidation, JSONSchemaProps,
+    CustomResourceDefinitionSpec, CustomResourceDefinitionVersion, CustomResourceSubresourceScale,
+    CustomResourceSubresourceStatus, CustomResourceSubresources, CustomResourceValidation,
+    JSONSchemaProps,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::generate::SchemaSettings;
@@ -98,6 +112,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 pub use controller_runtime_derive::CustomResource;
+
+mod versions;
+
+pub use versions::{MergeError, merge, webhook_conversion};
 
 /// A custom resource kind: a type the [`CustomResource`](macro@CustomResource) derive wrote,
 /// with its spec, its names and its CustomResourceDefinition.
@@ -157,6 +175,23 @@ pub struct KindInfo {
     pub categories: &'static [&'static str],
     /// Extra columns of `kubectl get`.
     pub printer_columns: &'static [PrinterColumn],
+    /// The `scale` subresource, if the kind has one (`kubectl scale`, autoscalers).
+    pub scale: Option<Scale>,
+}
+
+/// The `scale` subresource of a kind: where its replica counts live, so that `kubectl scale`
+/// and the HorizontalPodAutoscaler work on it (a CRD's `subresources.scale`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scale {
+    /// The JSON path of the desired replicas, under `.spec` (`.spec.size`): what a
+    /// `Scale`'s `spec.replicas` reads and writes.
+    pub spec_replicas_path: &'static str,
+    /// The JSON path of the observed replicas, under `.status` (`.status.readyReplicas`):
+    /// a `Scale`'s `status.replicas` (0 while it is absent).
+    pub status_replicas_path: &'static str,
+    /// The JSON path, under `.status` or `.spec`, of a label selector in its string form
+    /// (`app=memcached`): a `Scale`'s `status.selector`, which an autoscaler needs.
+    pub label_selector_path: Option<&'static str>,
 }
 
 /// One extra column of `kubectl get` (a CRD's `additionalPrinterColumns` entry).
@@ -192,7 +227,8 @@ impl KindInfo {
     ///
     /// The object schema is `{apiVersion, kind, metadata: {type: object}, spec, status}` with
     /// `spec` required; the one version is served and stored; a status schema also enables
-    /// the `status` subresource.
+    /// the `status` subresource, and [`scale`](Self::scale) the `scale` subresource. To
+    /// serve several versions of the kind, [`merge`] the CRDs of each.
     pub fn crd(
         &self,
         spec: JSONSchemaProps,
@@ -285,9 +321,15 @@ impl KindInfo {
                     schema: Some(CustomResourceValidation {
                         open_api_v3_schema: Some(schema),
                     }),
-                    subresources: has_status.then(|| CustomResourceSubresources {
-                        status: Some(CustomResourceSubresourceStatus(json!({}))),
-                        scale: None,
+                    subresources: (has_status || self.scale.is_some()).then(|| {
+                        CustomResourceSubresources {
+                            status: has_status.then(|| CustomResourceSubresourceStatus(json!({}))),
+                            scale: self.scale.map(|s| CustomResourceSubresourceScale {
+                                spec_replicas_path: s.spec_replicas_path.to_owned(),
+                                status_replicas_path: s.status_replicas_path.to_owned(),
+                                label_selector_path: s.label_selector_path.map(str::to_owned),
+                            }),
+                        }
                     }),
                     additional_printer_columns: (!columns.is_empty()).then_some(columns),
                     ..CustomResourceDefinitionVersion::default()
@@ -1288,6 +1330,7 @@ mod tests {
                 priority: 1,
             },
         ],
+        scale: None,
     };
 
     #[test]
@@ -1350,6 +1393,46 @@ mod tests {
             .as_ref()
             .unwrap();
         assert!(!root.properties.as_ref().unwrap().contains_key("status"));
+    }
+
+    #[test]
+    fn a_scale_gives_the_scale_subresource_with_or_without_a_status() {
+        let scale = Scale {
+            spec_replicas_path: ".spec.size",
+            status_replicas_path: ".status.readyReplicas",
+            label_selector_path: Some(".status.selector"),
+        };
+        let scaled = KindInfo {
+            scale: Some(scale),
+            ..MC
+        };
+        let expected = CustomResourceSubresourceScale {
+            spec_replicas_path: ".spec.size".to_owned(),
+            status_replicas_path: ".status.readyReplicas".to_owned(),
+            label_selector_path: Some(".status.selector".to_owned()),
+        };
+        let with_status = scaled.crd(
+            structural_schema::<Small>(),
+            Some(structural_schema::<Inner>()),
+        );
+        let subresources = with_status.spec.versions[0].subresources.clone().unwrap();
+        assert_eq!(subresources.scale, Some(expected.clone()));
+        assert!(subresources.status.is_some());
+
+        let without_status = scaled.crd(structural_schema::<Small>(), None);
+        let subresources = without_status.spec.versions[0]
+            .subresources
+            .clone()
+            .unwrap();
+        assert_eq!(subresources.scale, Some(expected));
+        assert!(subresources.status.is_none());
+        let yaml = to_yaml(&without_status);
+        assert!(
+            yaml.contains(
+                "  subresources:\n      scale:\n        labelSelectorPath: .status.selector\n        specReplicasPath: .spec.size\n        statusReplicasPath: .status.readyReplicas\n"
+            ),
+            "{yaml}"
+        );
     }
 
     #[test]
@@ -1418,6 +1501,10 @@ mod tests {
         status = "ThingStatus",
         plural = "thingies",
         singular = "thingy",
+        scale(
+            spec_replicas_path = ".spec.size",
+            status_replicas_path = ".status.replicas"
+        ),
         crate = "crate"
     )]
     pub struct ThingSpec {
@@ -1458,6 +1545,20 @@ mod tests {
 
         let crd = Thing::crd();
         assert_eq!(crd.spec.names.singular.as_deref(), Some("thingy"));
+        let scale = crd.spec.versions[0]
+            .subresources
+            .clone()
+            .unwrap()
+            .scale
+            .unwrap();
+        assert_eq!(
+            (
+                scale.spec_replicas_path.as_str(),
+                scale.status_replicas_path.as_str()
+            ),
+            (".spec.size", ".status.replicas")
+        );
+        assert_eq!(scale.label_selector_path, None);
         assert_eq!(crd.spec.scope, "Namespaced");
         let crd = Policy::crd();
         assert_eq!(crd.spec.scope, "Cluster");

@@ -30,9 +30,10 @@
 //!   `create_or_update`, `retry_on_conflict`, server-side apply), [`owner`] (owner
 //!   references), [`events`] (an events.k8s.io recorder) and [`ResourceExt`] (`name()` and
 //!   `namespace()` on every typed object). [`crate::prelude`] imports them all at once.
-//! * [`crd`] — CustomResourceDefinitions generated from Rust types; [`rbac`] — the
-//!   manager's ClusterRole generated from what its controllers declare and the runtime
-//!   infers (kubebuilder's RBAC markers).
+//! * [`crd`] — CustomResourceDefinitions generated from Rust types, one version or
+//!   several merged; [`conversion`] — the conversion webhook between those versions,
+//!   through a hub version; [`rbac`] — the manager's ClusterRole generated from what its
+//!   controllers declare and the runtime infers (kubebuilder's RBAC markers).
 //! * [`webhook`] — admission webhooks over TLS: typed defaulting and validating functions,
 //!   served with a certificate reloaded as its files change.
 //!
@@ -114,6 +115,7 @@ pub mod auth;
 pub mod cache;
 pub mod conditions;
 pub mod controller;
+pub mod conversion;
 pub mod crd;
 pub mod events;
 pub mod finalizer;

@@ -736,11 +736,15 @@ fn kind_path<K: k8s_openapi::Resource>(prefix: &str) -> String {
 /// twice, and etcd takes objects up to about 1.5 MiB.
 const MAX_BODY: usize = 7 * 1024 * 1024;
 
-type Routes = HashMap<String, Handler>;
+/// What answers a POST on one path: from the request's content type and body to the
+/// response's status and body (a review, or a text error).
+pub(crate) type Endpoint = Arc<dyn Fn(&str, &[u8]) -> (StatusCode, Bytes) + Send + Sync>;
+
+type Routes = HashMap<String, Endpoint>;
 
 /// The answer to one HTTP request.
 async fn respond(routes: &Routes, request: Request<Incoming>) -> Response<Full<Bytes>> {
-    let Some(handler) = routes.get(request.uri().path()).cloned() else {
+    let Some(endpoint) = routes.get(request.uri().path()).cloned() else {
         return text(StatusCode::NOT_FOUND, "404 page not found\n".to_owned());
     };
     if request.method() != Method::POST {
@@ -774,7 +778,7 @@ async fn respond(routes: &Routes, request: Request<Incoming>) -> Response<Full<B
             );
         }
     };
-    let (status, body) = review(&handler, &content_type, &body);
+    let (status, body) = endpoint(&content_type, &body);
     let content_type = if status == StatusCode::OK {
         "application/json"
     } else {
@@ -1033,7 +1037,8 @@ impl Default for WebhookOptions {
 /// [module docs](self).
 ///
 /// Register handlers with [`defaulting`](Self::defaulting),
-/// [`validating`](Self::validating) and [`handle`](Self::handle), then either
+/// [`validating`](Self::validating) and [`handle`](Self::handle) (and a CRD conversion
+/// webhook with [`conversion`](Self::conversion)), then either
 /// [`run`](Self::run) it, or [`bind`](Self::bind) it first (which loads the certificate and
 /// binds the port, so setup errors surface before serving) and
 /// [`serve`](BoundWebhookServer::serve) the result.
@@ -1108,13 +1113,29 @@ impl WebhookServer {
         self.handle_with(path, Arc::new(handler))
     }
 
-    fn handle_with(mut self, path: &str, handler: Handler) -> Self {
+    /// Serves `conversion`, the CRD conversion webhook, on
+    /// [`CONVERT_PATH`](super::conversion::CONVERT_PATH) (`/convert`): see
+    /// [`runtime::conversion`](super::conversion). One [`Conversion`] holds every kind the
+    /// server converts; a second call is an [`Error::DuplicatePath`].
+    ///
+    /// [`Conversion`]: super::conversion::Conversion
+    pub fn conversion(self, conversion: super::conversion::Conversion) -> Self {
+        self.route(super::conversion::CONVERT_PATH, conversion.endpoint())
+    }
+
+    fn handle_with(self, path: &str, handler: Handler) -> Self {
+        let endpoint: Endpoint =
+            Arc::new(move |content_type: &str, body: &[u8]| review(&handler, content_type, body));
+        self.route(path, endpoint)
+    }
+
+    fn route(mut self, path: &str, endpoint: Endpoint) -> Self {
         if self.invalid.is_some() {
             return self;
         }
         if !path.starts_with('/') {
             self.invalid = Some(Error::InvalidPath(path.to_owned()));
-        } else if self.routes.insert(path.to_owned(), handler).is_some() {
+        } else if self.routes.insert(path.to_owned(), endpoint).is_some() {
             self.invalid = Some(Error::DuplicatePath(path.to_owned()));
         }
         self

@@ -1,10 +1,11 @@
 //! The Memcached operator: it watches `Memcached` custom resources and keeps a Deployment of
 //! memcached Pods scaled to each resource's `spec.size`, reporting what runs in its status.
 //!
-//! * [`api`] — the `cache.example.com/v1alpha1` `Memcached` kind and its CRD, derived from
-//!   Rust types.
+//! * [`api`] — the `cache.example.com` `Memcached` kind and its CRD, derived from Rust
+//!   types: `v1alpha1`, stored and reconciled, and `v1beta1`, converted.
 //! * [`reconcile`] — the reconciler, one pass top to bottom.
-//! * [`webhook`] — the defaulting and validating admission webhooks.
+//! * [`webhook`] — the defaulting and validating admission webhooks, and the conversion
+//!   webhook between the versions.
 //! * [`setup`] — the controller wired into a manager, as the binary runs it, with the RBAC
 //!   rules of its writes; [`rbac_yaml`] and [`crd_yaml`] — the manifests generated from them.
 //!
@@ -104,8 +105,7 @@ pub enum SetupError {
 
 /// The `Memcached` CRD as YAML, as committed in `config/crd/bases/`.
 pub fn crd_yaml() -> String {
-    use controller_runtime::runtime::crd::CustomResource;
-    controller_runtime::runtime::crd::to_yaml(&Memcached::crd())
+    controller_runtime::runtime::crd::to_yaml(&api::crd())
 }
 
 /// The ClusterRole `manager-role` as YAML, as committed in `config/rbac/role.yaml`: the rules
@@ -136,11 +136,11 @@ pub async fn install_crd(
     timeout: std::time::Duration,
 ) -> Result<(), controller_runtime::client::Error> {
     use controller_runtime::client::{Api, Patch, PatchParams};
-    use controller_runtime::runtime::crd::{CustomResource, is_established};
+    use controller_runtime::runtime::crd::is_established;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
     let crds: Api<CustomResourceDefinition> = Api::cluster(client.clone());
-    let crd = Memcached::crd();
+    let crd = api::crd();
     let name = crd.metadata.name.clone().unwrap_or_default();
     crds.patch(
         &name,

@@ -1,12 +1,18 @@
-//! The admission webhooks: a defaulting one (a missing `spec.size` becomes 1, as the Go
-//! sample defaults its size) and a validating one for what the schema cannot say: the image
-//! must come from a registry the operator was started to allow.
+//! The webhooks: a defaulting one (a missing `spec.size` becomes 1, as the Go sample
+//! defaults its size), a validating one for what the schema cannot say (the image must come
+//! from a registry the operator was started to allow), and the conversion webhook between
+//! the CRD's versions (see [`crate::api`]).
+//!
+//! The admission webhooks are registered for `v1alpha1`; the API server sends them `v1beta1`
+//! objects too, converted to `v1alpha1` (a webhook configuration's default `matchPolicy:
+//! Equivalent`), so one pair of functions covers both versions.
 
+use controller_runtime::runtime::conversion::Conversion;
 use controller_runtime::runtime::webhook::{
     Operation, WebhookOptions, WebhookServer, mutate_path, validate_path,
 };
 
-use crate::api::{DEFAULT_SIZE, Memcached};
+use crate::api::{DEFAULT_SIZE, Memcached, v1beta1};
 
 /// Fills in what a `Memcached` left out: the size.
 pub fn default(mc: &mut Memcached) {
@@ -39,10 +45,18 @@ pub fn validate(mc: &Memcached, allowed: &[String]) -> Result<Vec<String>, Strin
     ))
 }
 
-/// The webhook server for `Memcached`: defaulting at `/mutate-cache-example-com-v1alpha1-memcached`
-/// and validating at `/validate-cache-example-com-v1alpha1-memcached`.
+/// The conversions between the versions of `Memcached`: `v1alpha1` is the hub, `v1beta1`
+/// converts to and from it.
+pub fn conversion() -> Conversion {
+    Conversion::new().spoke::<Memcached, v1beta1::Memcached>()
+}
+
+/// The webhook server for `Memcached`: defaulting at `/mutate-cache-example-com-v1alpha1-memcached`,
+/// validating at `/validate-cache-example-com-v1alpha1-memcached`, and converting between
+/// versions at `/convert`.
 pub fn server(options: WebhookOptions, allowed_images: Vec<String>) -> WebhookServer {
     WebhookServer::new(options)
+        .conversion(conversion())
         .defaulting::<Memcached>(&mutate_path::<Memcached>(), default)
         .validating::<Memcached>(
             &validate_path::<Memcached>(),

@@ -353,9 +353,12 @@ async fn a_size_outside_the_schema_is_refused_by_kubectl_with_the_schema_message
     let refused = kubectl
         .try_run(&["-n", &ns.name, "apply", "-f", "-"], Some(manifest))
         .unwrap_err();
+    // The schema's bound, then the scale subresource's own check of the replicas it reads.
     assert!(
         refused.trim_end().ends_with(
-            r#": The Memcached "negative" is invalid: spec.size: Invalid value: -1: spec.size in body should be greater than or equal to 0"#
+            ": The Memcached \"negative\" is invalid: \n\
+             * spec.size: Invalid value: -1: spec.size in body should be greater than or equal to 0\n\
+             * .spec.size: Invalid value: -1: should be a non-negative integer"
         ),
         "{refused}"
     );

@@ -339,13 +339,23 @@ fn config_default_renders_and_the_api_server_accepts_it_as_make_deploy_applies_i
             ),
         ]
     );
-    // The committed CRD, unchanged by the prefix.
+    // The committed CRD, unchanged by the prefix, plus its conversion webhook: /convert on
+    // the prefixed webhook Service in the operator's namespace.
     let crd = find(
         &objects,
         "CustomResourceDefinition",
         "memcacheds.cache.example.com",
     );
-    let committed: Value = serde_saphyr::from_str(&memcached_operator::crd_yaml()).unwrap();
+    let mut committed: Value = serde_saphyr::from_str(&memcached_operator::crd_yaml()).unwrap();
+    committed["spec"]["conversion"] = json!({
+        "strategy": "Webhook",
+        "webhook": {
+            "clientConfig": {"service": {
+                "name": p("webhook-service"), "namespace": system, "path": "/convert",
+            }},
+            "conversionReviewVersions": ["v1"],
+        },
+    });
     assert_eq!(crd, &committed);
 
     // The manager: restricted, probed, with its flags, metrics and webhook ports.
@@ -468,7 +478,7 @@ fn config_default_renders_and_the_api_server_accepts_it_as_make_deploy_applies_i
             .unwrap()
     };
     std::fs::write(scratch.join("served.crt"), b64(&secret["data"]["tls.crt"])).unwrap();
-    // Each webhook configuration trusts the served certificate, which names the Service.
+    // Each webhook configuration trusts the served certificate, which names the Service ...
     let dns = format!("DNS:{}.{system}.svc", p("webhook-service"));
     let names = run(
         "openssl",
@@ -482,17 +492,38 @@ fn config_default_renders_and_the_api_server_accepts_it_as_make_deploy_applies_i
         ],
     );
     assert!(names.split([',', ' ', '\n']).any(|n| n == dns), "{names}");
-    for kind in [
-        "MutatingWebhookConfiguration",
-        "ValidatingWebhookConfiguration",
-    ] {
-        let name = p(&format!(
-            "{}-webhook-configuration",
-            kind.trim_end_matches("WebhookConfiguration").to_lowercase()
-        ));
-        let config = find(&deployed, kind, &name);
+    // ... and so does the CRD's conversion webhook.
+    let admission = |kind: &str, name: &str| {
+        find(&deployed, kind, &p(name))["webhooks"][0]["clientConfig"].clone()
+    };
+    let crd = find(
+        &deployed,
+        "CustomResourceDefinition",
+        "memcacheds.cache.example.com",
+    );
+    let clients = [
+        (
+            "MutatingWebhookConfiguration",
+            admission(
+                "MutatingWebhookConfiguration",
+                "mutating-webhook-configuration",
+            ),
+        ),
+        (
+            "ValidatingWebhookConfiguration",
+            admission(
+                "ValidatingWebhookConfiguration",
+                "validating-webhook-configuration",
+            ),
+        ),
+        (
+            "CustomResourceDefinition",
+            crd["spec"]["conversion"]["webhook"]["clientConfig"].clone(),
+        ),
+    ];
+    for (kind, client) in clients {
         let ca = scratch.join(format!("{kind}.ca"));
-        std::fs::write(&ca, b64(&config["webhooks"][0]["clientConfig"]["caBundle"])).unwrap();
+        std::fs::write(&ca, b64(&client["caBundle"])).unwrap();
         run(
             "openssl",
             &[

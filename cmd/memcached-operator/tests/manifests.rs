@@ -66,3 +66,47 @@ fn the_schema_bounds_the_size_as_documented() {
         Some(f64::from(memcached_operator::api::MAX_SIZE))
     );
 }
+
+#[test]
+fn the_crd_serves_both_versions_stores_v1alpha1_and_scales_spec_size() {
+    let crd = memcached_operator::api::crd();
+    let versions: Vec<_> = crd
+        .spec
+        .versions
+        .iter()
+        .map(|v| (v.name.as_str(), v.served, v.storage))
+        .collect();
+    assert_eq!(
+        versions,
+        [("v1alpha1", true, true), ("v1beta1", true, false)]
+    );
+    assert_eq!(crd.spec.conversion, None, "config/default adds the webhook");
+    for version in &crd.spec.versions {
+        let scale = version
+            .subresources
+            .as_ref()
+            .and_then(|s| s.scale.clone())
+            .unwrap_or_else(|| panic!("{} has no scale subresource", version.name));
+        assert_eq!(
+            (
+                scale.spec_replicas_path.as_str(),
+                scale.status_replicas_path.as_str()
+            ),
+            (".spec.size", ".status.readyReplicas"),
+            "{}",
+            version.name
+        );
+        let columns: Vec<_> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(
+            columns,
+            ["Size", "Ready", "Available", "Age"],
+            "{}",
+            version.name
+        );
+    }
+}
