@@ -98,9 +98,9 @@ async fn both_versions_convert_through_the_webhook_scale_default_and_report_fail
     let reset = ResetConversion { kubectl: &kubectl };
     let ca_pem = std::fs::read(&ca).unwrap();
     let converted = api::crd_with_conversion(WebhookClientConfig {
-            url: Some(format!("https://{addr}{CONVERT_PATH}")),
-            ca_bundle: Some(ByteString(ca_pem.clone())),
-            service: None,
+        url: Some(format!("https://{addr}{CONVERT_PATH}")),
+        ca_bundle: Some(ByteString(ca_pem.clone())),
+        service: None,
     });
     Api::<CustomResourceDefinition>::cluster(client.clone())
         .patch(

@@ -68,19 +68,31 @@ fn the_schema_bounds_the_size_as_documented() {
 }
 
 #[test]
-fn the_crd_serves_both_versions_stores_v1alpha1_and_scales_spec_size() {
+fn the_crd_serves_v1beta1_only_with_the_webhook_stores_v1alpha1_and_scales_spec_size() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig;
+    let versions = |crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| -> Vec<(String, bool, bool)> {
+        let versions = crd.spec.versions.iter();
+        versions.map(|v| (v.name.clone(), v.served, v.storage)).collect()
+    };
     let crd = memcached_operator::api::crd();
-    let versions: Vec<_> = crd
-        .spec
-        .versions
-        .iter()
-        .map(|v| (v.name.as_str(), v.served, v.storage))
-        .collect();
     assert_eq!(
-        versions,
-        [("v1alpha1", true, true), ("v1beta1", true, false)]
+        versions(&crd),
+        [
+            ("v1alpha1".into(), true, true),
+            ("v1beta1".into(), false, false)
+        ]
     );
     assert_eq!(crd.spec.conversion, None, "config/default adds the webhook");
+    let converted = memcached_operator::api::crd_with_conversion(WebhookClientConfig::default());
+    assert_eq!(
+        versions(&converted),
+        [
+            ("v1alpha1".into(), true, true),
+            ("v1beta1".into(), true, false)
+        ]
+    );
+    let conversion = converted.spec.conversion.as_ref().unwrap();
+    assert_eq!(conversion.strategy, "Webhook");
     for version in &crd.spec.versions {
         let scale = version
             .subresources
