@@ -16,14 +16,19 @@
 //!   `async fn(Arc<K>, Arc<Ctx>) -> Result<Action, ReconcileError>`.
 //! * [`leader_election`] — Lease-based leader election (15 s / 10 s / 2 s).
 //! * [`metrics`] and [`server`] — `/metrics` with controller-runtime's metric names, and
-//!   `/healthz` and `/readyz` with its response format; [`auth`] — `/metrics` over HTTPS
-//!   for scrapers the API server authenticates and authorizes (kubebuilder's
-//!   `--metrics-secure`).
+//!   `/healthz` and `/readyz` with its response format (`server/{health, metrics,
+//!   address}.rs`: the checks, the metrics server, the bind-address flags); [`auth`] —
+//!   `/metrics` over HTTPS for scrapers the API server authenticates and authorizes
+//!   (kubebuilder's `--metrics-secure`).
 //! * [`events`], [`owner`], [`finalizer`], [`ops`] — an events.k8s.io recorder, owner
 //!   references, finalizers, `create_or_update`, `retry_on_conflict`, server-side apply.
 //! * [`crd`] — CustomResourceDefinitions generated from Rust types.
 //! * [`webhook`] — admission webhooks over TLS: typed defaulting and validating functions,
-//!   served with a certificate reloaded as its files change.
+//!   served with a certificate reloaded as its files change (`webhook/{admission, patch,
+//!   handler, server}.rs`).
+//! * `serve` and `certwatcher` (internal) — the one accept loop every server above runs on
+//!   (TLS, HTTP/1.1 or HTTP/2 by ALPN, graceful stop), and the serving certificate reloaded
+//!   when its files change, shared by the webhook and metrics servers.
 //!
 //! ```text
 //!  kube-apiserver ──list/watch──▶ Cache: one informer per kind (Raw JSON) ──▶ Store<K>: Arc<K>
@@ -106,6 +111,7 @@
 
 pub mod auth;
 pub mod cache;
+mod certwatcher;
 pub mod controller;
 pub mod crd;
 pub mod events;
@@ -119,6 +125,7 @@ pub mod ops;
 pub mod owner;
 pub mod predicate;
 pub mod preflight;
+mod serve;
 pub mod server;
 pub mod webhook;
 
