@@ -20,9 +20,10 @@
 //!   can be listed, which stops a configuration that cannot work with one line.
 //! * [`leader_election`] — Lease-based leader election (15 s / 10 s / 2 s).
 //! * [`metrics`] and [`server`] — `/metrics` with controller-runtime's metric names, and
-//!   `/healthz` and `/readyz` with its response format; [`auth`] — `/metrics` over HTTPS
-//!   for scrapers the API server authenticates and authorizes (kubebuilder's
-//!   `--metrics-secure`).
+//!   `/healthz` and `/readyz` with its response format (`server/{health, metrics,
+//!   address}.rs`: the checks, the metrics server, the bind-address flags); [`auth`] —
+//!   `/metrics` over HTTPS for scrapers the API server authenticates and authorizes
+//!   (kubebuilder's `--metrics-secure`).
 //! * The helpers a reconcile writes with: [`finalizer`] (the flow that holds a deletion
 //!   until cleanup ran, with its optimistically locked writes), [`conditions`]
 //!   (`metav1.Condition`s set by apimachinery's rules), [`status`] (a status write that
@@ -35,7 +36,11 @@
 //!   through a hub version; [`rbac`] — the manager's ClusterRole generated from what its
 //!   controllers declare and the runtime infers (kubebuilder's RBAC markers).
 //! * [`webhook`] — admission webhooks over TLS: typed defaulting and validating functions,
-//!   served with a certificate reloaded as its files change.
+//!   served with a certificate reloaded as its files change (`webhook/{admission, patch,
+//!   handler, server}.rs`).
+//! * `serve` and `certwatcher` (internal) — the one accept loop every server above runs on
+//!   (TLS, HTTP/1.1 or HTTP/2 by ALPN, graceful stop), and the serving certificate reloaded
+//!   when its files change, shared by the webhook and metrics servers.
 //!
 //! ```text
 //!  kube-apiserver ──list/watch──▶ Cache: one informer per kind (Raw JSON) ──▶ Store<K>: Arc<K>
@@ -113,6 +118,7 @@
 
 pub mod auth;
 pub mod cache;
+mod certwatcher;
 pub mod conditions;
 pub mod controller;
 pub mod conversion;
@@ -130,6 +136,7 @@ pub mod predicate;
 pub mod preflight;
 pub mod rbac;
 pub mod resource;
+mod serve;
 pub mod server;
 pub mod status;
 pub mod webhook;

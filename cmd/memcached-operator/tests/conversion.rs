@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use controller_runtime::client::{Api, Patch, PatchParams, PostParams};
 use controller_runtime::runtime::conversion::CONVERT_PATH;
-use controller_runtime::runtime::crd;
 use controller_runtime::runtime::webhook::{WebhookOptions, mutate_path};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::autoscaling::v1::Scale;
