@@ -553,13 +553,26 @@ struct WebhookType {
     fragment: Option<Template>,
     /// The function in that file that registers it with the server.
     register: &'static str,
-    /// Its entry in `config/webhook/manifests.yaml`: the marker, the prefix of the webhook's
-    /// name (`m`, `v`) and of its path (`mutate`, `validate`).
-    manifest: Option<(Marker, &'static str, &'static str)>,
+    /// Its configuration and entries in `config/webhook/manifests.yaml`.
+    manifest: Option<Manifest>,
     /// Whether the kind has one, by the PROJECT file.
     has: fn(&project::Webhooks) -> bool,
     /// Records it in the PROJECT file.
     record: fn(&mut project::Webhooks),
+}
+
+/// A webhook type's place in `config/webhook/manifests.yaml`.
+struct Manifest {
+    /// The configuration's kind (`MutatingWebhookConfiguration`).
+    kind: &'static str,
+    /// The configuration's name.
+    name: &'static str,
+    /// The marker its entries go above.
+    entries: Marker,
+    /// The prefix of an entry's name (`m` in `mguestbook-v1.kb.io`).
+    name_prefix: &'static str,
+    /// The prefix of its path (`mutate` in `/mutate-<group>-<version>-<kind>`).
+    path_prefix: &'static str,
 }
 
 const WEBHOOK_TYPES: &[WebhookType] = &[
@@ -568,7 +581,13 @@ const WEBHOOK_TYPES: &[WebhookType] = &[
         name: "defaulting",
         fragment: Some(t::WEBHOOK_DEFAULTING),
         register: "defaulting",
-        manifest: Some((Marker("mutating-webhooks"), "m", "mutate")),
+        manifest: Some(Manifest {
+            kind: "MutatingWebhookConfiguration",
+            name: "mutating-webhook-configuration",
+            entries: Marker("mutating-webhooks"),
+            name_prefix: "m",
+            path_prefix: "mutate",
+        }),
         has: |w| w.defaulting,
         record: |w| w.defaulting = true,
     },
@@ -577,7 +596,13 @@ const WEBHOOK_TYPES: &[WebhookType] = &[
         name: "validating",
         fragment: Some(t::WEBHOOK_VALIDATION),
         register: "validating",
-        manifest: Some((Marker("validating-webhooks"), "v", "validate")),
+        manifest: Some(Manifest {
+            kind: "ValidatingWebhookConfiguration",
+            name: "validating-webhook-configuration",
+            entries: Marker("validating-webhooks"),
+            name_prefix: "v",
+            path_prefix: "validate",
+        }),
         has: |w| w.validation,
         record: |w| w.validation = true,
     },
@@ -767,22 +792,34 @@ pub fn create_webhook(options: WebhookOptions) -> Result<Summary, Error> {
          - path: manager_webhook_patch.yaml\n  target:\n    kind: Deployment",
     )?;
     for w in &asked {
-        let Some((marker, name_prefix, path_prefix)) = w.manifest else {
+        let Some(manifest) = &w.manifest else {
             continue;
         };
-        let name = format!("{name_prefix}{module}-{}.kb.io", gvk.version);
+        // The configuration once (an empty one would break kustomize), then the entry.
         let mut entry = values.clone();
+        entry
+            .set("configuration_kind", manifest.kind)
+            .set("configuration_name", manifest.name)
+            .set("entries_marker", manifest.entries.0);
+        plan.insert(
+            "config/webhook/manifests.yaml",
+            Marker("webhook-configurations"),
+            &format!("kind: {}", manifest.kind),
+            &t::WEBHOOK_CONFIGURATION.render(&entry),
+        )?;
+        let name = format!("{}{module}-{}.kb.io", manifest.name_prefix, gvk.version);
         entry.set("webhook_name", name.clone()).set(
             "webhook_path",
             format!(
-                "/{path_prefix}-{}-{}-{module}",
+                "/{}-{}-{}-{module}",
+                manifest.path_prefix,
                 gvk.full_group().replace('.', "-"),
                 gvk.version
             ),
         );
         plan.insert(
             "config/webhook/manifests.yaml",
-            marker,
+            manifest.entries,
             &name,
             &t::WEBHOOK_ENTRY.render(&entry),
         )?;

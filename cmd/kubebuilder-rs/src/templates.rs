@@ -69,6 +69,7 @@ templates! {
     WEBHOOK_DEFAULTING = "webhook/defaulting.rs.tpl";
     WEBHOOK_VALIDATION = "webhook/validation.rs.tpl";
     WEBHOOK_MANIFESTS = "webhook/manifests.yaml.tpl";
+    WEBHOOK_CONFIGURATION = "webhook/configuration.yaml.tpl";
     WEBHOOK_ENTRY = "webhook/entry.yaml.tpl";
     WEBHOOK_KUSTOMIZATION = "webhook/kustomization.yaml.tpl";
     WEBHOOK_KUSTOMIZECONFIG = "webhook/kustomizeconfig.yaml.tpl";

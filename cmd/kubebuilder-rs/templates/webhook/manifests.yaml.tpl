@@ -1,24 +1,6 @@
 # The admission webhooks the API server calls, through the Service webhook-service
-# (service.yaml). `kubebuilder-rs create webhook` adds each kind's entries above the markers;
+# (service.yaml). `kubebuilder-rs create webhook` adds a configuration for each type of
+# webhook above the last marker, and each kind's entries above its configuration's marker;
 # `make deploy` sets every entry's caBundle, so the API server trusts the manager's
 # certificate.
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata:
-  labels:
-    app.kubernetes.io/name: {{project_name}}
-    app.kubernetes.io/managed-by: kustomize
-  name: mutating-webhook-configuration
-webhooks:
-# +kubebuilder:scaffold:mutating-webhooks
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata:
-  labels:
-    app.kubernetes.io/name: {{project_name}}
-    app.kubernetes.io/managed-by: kustomize
-  name: validating-webhook-configuration
-webhooks:
-# +kubebuilder:scaffold:validating-webhooks
+# +kubebuilder:scaffold:webhook-configurations

@@ -25,13 +25,16 @@ pub struct Cluster {
     pub client: Client,
     /// The test's namespace, `<prefix>-<pid>`.
     pub namespace: String,
-    stop: tokio::sync::oneshot::Sender<()>,
-    manager: tokio::task::JoinHandle<Result<(), controller_runtime::runtime::ManagerError>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    manager: Option<Stopped>,
 }
+
+/// The manager's task: what `run_until` returned.
+type Stopped = tokio::task::JoinHandle<Result<(), controller_runtime::runtime::ManagerError>>;
 
 impl Cluster {
     /// Installs the CRDs, creates the namespace and starts the manager. Panics when
-    /// KUBECONFIG names no cluster.
+    /// KUBECONFIG names no cluster. The namespace is deleted when the `Cluster` is dropped.
     pub async fn start(prefix: &str) -> Cluster {
         let config = config();
         let client = Client::new(config.clone(), Default::default()).expect("a client");
@@ -68,22 +71,44 @@ impl Cluster {
         Cluster {
             client,
             namespace,
-            stop,
-            manager,
+            stop: Some(stop),
+            manager: Some(manager),
         }
     }
 
-    /// Stops the manager (it must have stopped cleanly) and deletes the namespace.
-    pub async fn stop(self) {
-        let _ = self.stop.send(());
-        self.manager
-            .await
-            .expect("the manager task")
-            .expect("the manager stopped cleanly");
-        Api::<Namespace>::cluster(self.client.clone())
-            .delete(&self.namespace, &DeleteParams::default())
-            .await
-            .expect("deleting the test namespace");
+    /// Stops the manager, which must stop cleanly; the namespace goes when `self` is dropped.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(manager) = self.manager.take() {
+            let stopped = manager.await.expect("the manager task");
+            stopped.expect("the manager stopped cleanly");
+        }
+    }
+}
+
+impl Drop for Cluster {
+    /// Deletes the namespace, whether the test passed or panicked: on a runtime and client of
+    /// its own, since the test's runtime may be unwinding.
+    fn drop(&mut self) {
+        let namespace = self.namespace.clone();
+        let deleted = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let client = Client::new(config(), Default::default())?;
+                Api::<Namespace>::cluster(client)
+                    .delete(&namespace, &DeleteParams::default())
+                    .await?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = deleted {
+            eprintln!("deleting the test namespace {}: {e}", self.namespace);
+        }
     }
 }
 
