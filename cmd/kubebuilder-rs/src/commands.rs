@@ -225,65 +225,12 @@ pub fn init(options: InitOptions) -> Result<Summary, Error> {
     }
 
     let mut plan = Plan::new(&dir);
-    let owned: &[(&str, Template)] = &[
-        ("Cargo.toml", t::CARGO_TOML),
-        ("Dockerfile", t::DOCKERFILE),
-        ("Makefile", t::MAKEFILE),
-        ("src/main.rs", t::MAIN_RS),
-        ("src/lib.rs", t::LIB_RS),
-        ("src/api/mod.rs", t::API_MOD),
-        ("src/controller/mod.rs", t::CONTROLLER_MOD),
-        ("src/webhook/mod.rs", t::WEBHOOK_MOD),
-        ("tests/support/mod.rs", t::TEST_SUPPORT),
-        ("config/crd/kustomization.yaml", t::CRD_KUSTOMIZATION),
-        (
-            "config/samples/kustomization.yaml",
-            t::SAMPLES_KUSTOMIZATION,
-        ),
-        (
-            "config/default/kustomization.yaml",
-            t::DEFAULT_KUSTOMIZATION,
-        ),
-        (
-            "config/default/manager_metrics_patch.yaml",
-            t::DEFAULT_METRICS_PATCH,
-        ),
-        (
-            "config/default/metrics_service.yaml",
-            t::DEFAULT_METRICS_SERVICE,
-        ),
-        (
-            "config/manager/kustomization.yaml",
-            t::MANAGER_KUSTOMIZATION,
-        ),
-        ("config/manager/manager.yaml", t::MANAGER),
-        ("config/rbac/kustomization.yaml", t::RBAC_KUSTOMIZATION),
-        ("config/rbac/role.yaml", t::RBAC_ROLE),
-        ("config/rbac/role_binding.yaml", t::RBAC_ROLE_BINDING),
-        ("config/rbac/service_account.yaml", t::RBAC_SERVICE_ACCOUNT),
-        (
-            "config/rbac/leader_election_role.yaml",
-            t::RBAC_LEADER_ELECTION_ROLE,
-        ),
-        (
-            "config/rbac/leader_election_role_binding.yaml",
-            t::RBAC_LEADER_ELECTION_ROLE_BINDING,
-        ),
-        (
-            "config/rbac/metrics_auth_role.yaml",
-            t::RBAC_METRICS_AUTH_ROLE,
-        ),
-        (
-            "config/rbac/metrics_auth_role_binding.yaml",
-            t::RBAC_METRICS_AUTH_ROLE_BINDING,
-        ),
-        (
-            "config/rbac/metrics_reader_role.yaml",
-            t::RBAC_METRICS_READER_ROLE,
-        ),
-    ];
-    for (path, template) in owned {
-        plan.create(*path, template.render(&values))?;
+    for template in INIT_FILES {
+        let path = template
+            .path
+            .trim_start_matches("init/")
+            .trim_end_matches(".tpl");
+        plan.create(path, template.render(&values))?;
     }
     plan.create_executable("hack/deploy-overlay.sh", t::DEPLOY_OVERLAY.render(&values))?;
     plan.create_or_keep("README.md", t::README.render(&values));
@@ -308,6 +255,36 @@ pub fn init(options: InitOptions) -> Result<Summary, Error> {
         )],
     })
 }
+
+/// The files `init` writes, each at its template's path under `templates/init/` (without
+/// `.tpl`); the deploy script, README and ignore files are written apart.
+const INIT_FILES: &[Template] = &[
+    t::CARGO_TOML,
+    t::DOCKERFILE,
+    t::MAKEFILE,
+    t::MAIN_RS,
+    t::LIB_RS,
+    t::API_MOD,
+    t::CONTROLLER_MOD,
+    t::WEBHOOK_MOD,
+    t::TEST_SUPPORT,
+    t::CRD_KUSTOMIZATION,
+    t::SAMPLES_KUSTOMIZATION,
+    t::DEFAULT_KUSTOMIZATION,
+    t::DEFAULT_METRICS_PATCH,
+    t::DEFAULT_METRICS_SERVICE,
+    t::MANAGER_KUSTOMIZATION,
+    t::MANAGER,
+    t::RBAC_KUSTOMIZATION,
+    t::RBAC_ROLE,
+    t::RBAC_ROLE_BINDING,
+    t::RBAC_SERVICE_ACCOUNT,
+    t::RBAC_LEADER_ELECTION_ROLE,
+    t::RBAC_LEADER_ELECTION_ROLE_BINDING,
+    t::RBAC_METRICS_AUTH_ROLE,
+    t::RBAC_METRICS_AUTH_ROLE_BINDING,
+    t::RBAC_METRICS_READER_ROLE,
+];
 
 /// `path` made absolute against the current directory.
 fn absolute(path: &Path) -> PathBuf {
@@ -547,6 +524,8 @@ pub fn create_api(options: ApiOptions) -> Result<Summary, Error> {
 struct WebhookType {
     /// The flag asking for it.
     flag: &'static str,
+    /// Whether the options ask for it.
+    asked: fn(&WebhookOptions) -> bool,
     /// Its name in messages: `defaulting`, `validating`.
     name: &'static str,
     /// The functions it adds to `src/webhook/<kind>.rs`; `None` while it is not supported.
@@ -578,6 +557,7 @@ struct Manifest {
 const WEBHOOK_TYPES: &[WebhookType] = &[
     WebhookType {
         flag: "--defaulting",
+        asked: |o| o.defaulting,
         name: "defaulting",
         fragment: Some(t::WEBHOOK_DEFAULTING),
         register: "defaulting",
@@ -593,6 +573,7 @@ const WEBHOOK_TYPES: &[WebhookType] = &[
     },
     WebhookType {
         flag: "--programmatic-validation",
+        asked: |o| o.programmatic_validation,
         name: "validating",
         fragment: Some(t::WEBHOOK_VALIDATION),
         register: "validating",
@@ -608,6 +589,7 @@ const WEBHOOK_TYPES: &[WebhookType] = &[
     },
     WebhookType {
         flag: "--conversion",
+        asked: |o| o.conversion,
         name: "conversion",
         fragment: None,
         register: "converting",
@@ -647,11 +629,7 @@ pub struct WebhookOptions {
 pub fn create_webhook(options: WebhookOptions) -> Result<Summary, Error> {
     let asked: Vec<&WebhookType> = WEBHOOK_TYPES
         .iter()
-        .filter(|w| match w.flag {
-            "--defaulting" => options.defaulting,
-            "--programmatic-validation" => options.programmatic_validation,
-            _ => options.conversion,
-        })
+        .filter(|w| (w.asked)(&options))
         .collect();
     if asked.is_empty() {
         return Err(Error::NoWebhookType);
@@ -704,22 +682,8 @@ pub fn create_webhook(options: WebhookOptions) -> Result<Summary, Error> {
 
     let mut values = kind_values(&project, &gvk);
     values
-        .set(
-            "mutate_path",
-            format!(
-                "/mutate-{}-{}-{module}",
-                gvk.full_group().replace('.', "-"),
-                gvk.version
-            ),
-        )
-        .set(
-            "validate_path",
-            format!(
-                "/validate-{}-{}-{module}",
-                gvk.full_group().replace('.', "-"),
-                gvk.version
-            ),
-        );
+        .set("mutate_path", gvk.webhook_path("mutate"))
+        .set("validate_path", gvk.webhook_path("validate"));
     let mut plan = Plan::new(&dir);
     let fragment = |w: &WebhookType| w.fragment.map(|f| f.render(&values)).unwrap_or_default();
     let first_of_kind = had.is_none() && !dir.join(&kind_file).exists();
@@ -808,15 +772,9 @@ pub fn create_webhook(options: WebhookOptions) -> Result<Summary, Error> {
             &t::WEBHOOK_CONFIGURATION.render(&entry),
         )?;
         let name = format!("{}{module}-{}.kb.io", manifest.name_prefix, gvk.version);
-        entry.set("webhook_name", name.clone()).set(
-            "webhook_path",
-            format!(
-                "/{}-{}-{}-{module}",
-                manifest.path_prefix,
-                gvk.full_group().replace('.', "-"),
-                gvk.version
-            ),
-        );
+        entry
+            .set("webhook_name", name.clone())
+            .set("webhook_path", gvk.webhook_path(manifest.path_prefix));
         plan.insert(
             "config/webhook/manifests.yaml",
             manifest.entries,

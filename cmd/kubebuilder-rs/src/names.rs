@@ -51,30 +51,42 @@ const TAKEN_CRATE_NAMES: &[&str] = &[
     "tracing_subscriber",
 ];
 
-/// Type names the scaffolded files of a kind already use (their imports and their own
-/// items): a kind of that name would clash with them. A unit test keeps this list in step
-/// with the templates' `use` lines.
+/// Type names the scaffolded files of a kind already use (their imports, their own items
+/// and the prelude's types): a kind of that name would clash with them. A unit test keeps
+/// this list in step with the templates.
 pub const RESERVED_KINDS: &[&str] = &[
     "Action",
     "Api",
     "Arc",
+    "Box",
     "Client",
+    "Clone",
+    "Cluster",
     "Condition",
     "Context",
     "Controller",
     "CustomResource",
+    "Debug",
+    "Default",
+    "DeleteParams",
     "Deserialize",
     "EventType",
     "JsonSchema",
     "Manager",
     "Operation",
+    "Option",
+    "PartialEq",
     "Patch",
     "PatchParams",
+    "PostParams",
     "ReconcileError",
     "Recorder",
+    "Result",
     "Self",
     "Serialize",
     "SetupError",
+    "String",
+    "Vec",
     "WebhookServer",
 ];
 
@@ -325,6 +337,17 @@ impl Gvk {
     /// `<group>/<version>` (`webapp.example.com/v1`).
     pub fn api_version(&self) -> String {
         format!("{}/{}", self.full_group(), self.version)
+    }
+
+    /// kubebuilder's path of a webhook of this kind, as the runtime's `mutate_path` and
+    /// `validate_path` form it: `/<prefix>-<group with dots as dashes>-<version>-<kind>`.
+    pub fn webhook_path(&self, prefix: &str) -> String {
+        format!(
+            "/{prefix}-{}-{}-{}",
+            self.full_group().replace('.', "-"),
+            self.version,
+            self.module()
+        )
     }
 
     /// Checks every part, and the CRD name they make (`<plural>.<group>`, at most 253).

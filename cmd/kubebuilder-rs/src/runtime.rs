@@ -66,7 +66,7 @@ pub enum RuntimeError {
 impl RuntimeSource {
     /// The checkout this tool was built from: `<this crate>/../..`.
     pub fn built_from() -> RuntimeSource {
-        RuntimeSource::Path(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        RuntimeSource::Path(built_from_path())
     }
 
     /// Checks the source and makes a path absolute and canonical.
@@ -77,16 +77,12 @@ impl RuntimeSource {
     pub fn resolve(self) -> Result<RuntimeSource, RuntimeError> {
         match self {
             RuntimeSource::Path(path) => {
-                let built_from = path == Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-                let Ok(canonical) = path.canonicalize().map(|p| p.is_dir().then_some(p)) else {
-                    return Err(if built_from {
-                        RuntimeError::BuiltFromGone(path)
-                    } else {
-                        RuntimeError::NoDirectory(path)
-                    });
-                };
-                let Some(canonical) = canonical else {
-                    return Err(RuntimeError::NoDirectory(path));
+                let canonical = match path.canonicalize() {
+                    Ok(canonical) if canonical.is_dir() => canonical,
+                    _ if path == built_from_path() => {
+                        return Err(RuntimeError::BuiltFromGone(path));
+                    }
+                    _ => return Err(RuntimeError::NoDirectory(path)),
                 };
                 let manifest =
                     std::fs::read_to_string(canonical.join("Cargo.toml")).unwrap_or_default();
@@ -192,6 +188,11 @@ impl RuntimeSource {
             .map(|v| v.trim_matches('"').to_owned())
             .unwrap_or_else(|| "1.95".to_owned())
     }
+}
+
+/// The checkout this tool was built from.
+fn built_from_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// `[package] name` of a manifest.

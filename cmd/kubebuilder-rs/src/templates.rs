@@ -182,6 +182,79 @@ mod tests {
         t.render(&Values::default());
     }
 
+    /// The type names a template brings into scope: its `use` lines' last segments and
+    /// brace lists, and the types it declares (placeholders aside).
+    fn names_in_scope(text: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        for line in text.lines().map(str::trim) {
+            let declared = ["pub struct ", "struct ", "pub enum ", "type ", "pub type "]
+                .iter()
+                .find_map(|p| line.strip_prefix(p));
+            if let Some(rest) = declared {
+                names.push(
+                    rest.split(|c: char| !c.is_alphanumeric())
+                        .next()
+                        .unwrap_or("")
+                        .to_owned(),
+                );
+            }
+            let Some(path) = line
+                .strip_prefix("use ")
+                .or_else(|| line.strip_prefix("pub use "))
+            else {
+                continue;
+            };
+            let path = path.trim_end_matches(';');
+            let items = match path.split_once('{') {
+                Some((_, list)) => list
+                    .trim_end_matches('}')
+                    .split(',')
+                    .map(str::trim)
+                    .collect(),
+                None => vec![path.rsplit("::").next().unwrap_or(path)],
+            };
+            for item in items {
+                let name = item
+                    .rsplit(" as ")
+                    .next()
+                    .unwrap_or(item)
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or(item);
+                names.push(name.trim().to_owned());
+            }
+        }
+        // Types (constants, all capitals, live in the value namespace: no clash).
+        names.retain(|n| {
+            n.starts_with(|c: char| c.is_ascii_uppercase())
+                && n.contains(|c: char| c.is_ascii_lowercase())
+                && !n.contains("{{")
+        });
+        names
+    }
+
+    #[test]
+    fn a_kind_cannot_take_a_name_its_files_use() {
+        for template in [
+            API_KIND,
+            API_CONTROLLER,
+            API_TEST,
+            WEBHOOK_KIND,
+            WEBHOOK_DEFAULTING,
+            WEBHOOK_VALIDATION,
+        ] {
+            for name in names_in_scope(template.text) {
+                assert!(
+                    crate::names::RESERVED_KINDS.contains(&name.as_str()),
+                    "templates/{} uses {name}: add it to names::RESERVED_KINDS",
+                    template.path
+                );
+            }
+        }
+        assert!(names_in_scope(API_CONTROLLER.text).contains(&"Context".to_owned()));
+        assert!(names_in_scope(API_TEST.text).contains(&"Cluster".to_owned()));
+    }
+
     #[test]
     fn every_template_file_is_listed() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("templates");

@@ -48,7 +48,13 @@ fn absolute(path: PathBuf) -> PathBuf {
 /// Runs `program` with `args` in `dir`; panics with its output when it fails.
 fn run(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) -> String {
     let mut command = Command::new(program);
-    command.current_dir(dir).args(args);
+    // Not the jobserver of a `make test-cluster` this test may run under.
+    command
+        .current_dir(dir)
+        .args(args)
+        .env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
+        .env_remove("MAKELEVEL");
     for (key, value) in env {
         command.env(key, value);
     }

@@ -1,6 +1,6 @@
 # {{project_name}}
 
-An operator on [controller-runtime for Rust]({{runtime_home}}), scaffolded by
+An operator on controller-runtime for Rust (`{{runtime_home}}`), scaffolded by
 `kubebuilder-rs`, which follows kubebuilder's workflow: `init`, then `create api` for each
 kind and `create webhook` for its admission webhooks.
 
