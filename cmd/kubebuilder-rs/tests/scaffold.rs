@@ -48,13 +48,27 @@ fn absolute(path: PathBuf) -> PathBuf {
 /// Runs `program` with `args` in `dir`; panics with its output when it fails.
 fn run(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) -> String {
     let mut command = Command::new(program);
-    // Not the jobserver of a `make test-cluster` this test may run under.
-    command
-        .current_dir(dir)
-        .args(args)
-        .env_remove("MAKEFLAGS")
-        .env_remove("MFLAGS")
-        .env_remove("MAKELEVEL");
+    command.current_dir(dir).args(args);
+    // Not the jobserver of a `make test-cluster` this test may run under, nor the variables
+    // cargo set for this test (CARGO_PKG_NAME, ...): build scripts such as ring's rerun when
+    // those change, so a build from here would not be reused by one from a shell.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        let cargo_set = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "CARGO_RUSTC_CURRENT_DIR",
+        ];
+        if cargo_set.iter().any(|p| key.starts_with(p))
+            || ["MAKEFLAGS", "MFLAGS", "MAKELEVEL"].contains(&key.as_ref())
+        {
+            command.env_remove(key.as_ref());
+        }
+    }
     for (key, value) in env {
         command.env(key, value);
     }
