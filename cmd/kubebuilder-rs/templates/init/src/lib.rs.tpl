@@ -1,0 +1,64 @@
+//! {{project_name}}: an operator on controller-runtime, scaffolded by kubebuilder-rs.
+//!
+//! * [`api`] — the kinds it serves, a module per version and a file per kind; each kind's
+//!   CustomResourceDefinition is derived from its Rust types;
+//! * [`controller`] — a reconciler per kind;
+//! * [`webhook`] — the admission webhooks, per kind;
+//! * [`setup`] and [`crds`] — every controller and every CRD, as `src/main.rs` and the tests
+//!   use them.
+//!
+//! ```text
+//!  kube-apiserver ──watch──▶ manager cache ──▶ controller::<kind>::reconcile ──▶ writes
+//!        │ admission
+//!        ▼
+//!  webhook::<kind>::{default, validate}
+//! ```
+//!
+//! `kubebuilder-rs create api` and `create webhook` add their entries above the
+//! `+kubebuilder:scaffold:` markers: keep the markers where new entries should go.
+
+pub mod api;
+pub mod controller;
+pub mod webhook;
+
+use controller_runtime::runtime::Manager;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+/// A kind's controller: registers itself with the manager.
+type Setup = fn(&Manager) -> Result<(), SetupError>;
+
+/// Each kind's controller, registered with the manager by [`setup`].
+const CONTROLLERS: &[Setup] = &[
+    // +kubebuilder:scaffold:builder
+];
+
+/// Registers every controller with `manager`.
+///
+/// # Errors
+///
+/// The first controller that cannot be registered, and why.
+pub fn setup(manager: &Manager) -> Result<(), SetupError> {
+    CONTROLLERS.iter().try_for_each(|setup| setup(manager))
+}
+
+/// Every kind's CustomResourceDefinition, derived from its Rust types: what `make manifests`
+/// writes to config/crd/bases/ and `make install` applies.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        // +kubebuilder:scaffold:crds
+    ]
+}
+
+/// Why [`setup`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// A controller could not be registered (its name is taken, say).
+    #[error(transparent)]
+    Manager(#[from] controller_runtime::runtime::ManagerError),
+    /// A cache could not be made.
+    #[error(transparent)]
+    Cache(#[from] controller_runtime::runtime::CacheError),
+    /// An event recorder could not be made.
+    #[error(transparent)]
+    Events(#[from] controller_runtime::runtime::events::Error),
+}
