@@ -340,7 +340,7 @@ fn config_default_renders_and_the_api_server_accepts_it_as_make_deploy_applies_i
         ]
     );
     // The committed CRD, unchanged by the prefix, plus its conversion webhook: /convert on
-    // the prefixed webhook Service in the operator's namespace.
+    // the prefixed webhook Service in the operator's namespace, and v1beta1 served.
     let crd = find(
         &objects,
         "CustomResourceDefinition",
@@ -356,6 +356,8 @@ fn config_default_renders_and_the_api_server_accepts_it_as_make_deploy_applies_i
             "conversionReviewVersions": ["v1"],
         },
     });
+    assert_eq!(committed["spec"]["versions"][1]["name"], "v1beta1");
+    committed["spec"]["versions"][1]["served"] = json!(true);
     assert_eq!(crd, &committed);
 
     // The manager: restricted, probed, with its flags, metrics and webhook ports.
