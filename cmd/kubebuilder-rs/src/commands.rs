@@ -461,12 +461,6 @@ pub fn create_api(options: ApiOptions) -> Result<Summary, Error> {
             &format!("controller::{module}::setup,"),
         )?;
         plan.create(format!("tests/{module}.rs"), t::API_TEST.render(&values))?;
-        plan.insert(
-            "config/rbac/role.yaml",
-            Marker("rules"),
-            &format!("- {plural}/finalizers"),
-            &t::API_ROLE_RULES.render(&values),
-        )?;
     }
     let sample = format!("{}_{version}_{module}.yaml", gvk.group);
     plan.create(
@@ -511,7 +505,7 @@ pub fn create_api(options: ApiOptions) -> Result<Summary, Error> {
             format!(
                 "edit src/api/{version}/{module}.rs (the spec and status) and src/controller/{module}.rs (the reconcile)"
             ),
-            "make manifests install run".to_owned(),
+            "make manifests install run (manifests: the CRD, and the RBAC rules in config/rbac/role.yaml)".to_owned(),
         ],
     })
 }

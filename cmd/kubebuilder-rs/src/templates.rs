@@ -64,7 +64,6 @@ templates! {
     API_CONTROLLER = "api/controller.rs.tpl";
     API_TEST = "api/test.rs.tpl";
     API_SAMPLE = "api/sample.yaml.tpl";
-    API_ROLE_RULES = "api/role_rules.yaml.tpl";
     WEBHOOK_KIND = "webhook/kind.rs.tpl";
     WEBHOOK_DEFAULTING = "webhook/defaulting.rs.tpl";
     WEBHOOK_VALIDATION = "webhook/validation.rs.tpl";

@@ -1,6 +1,7 @@
 //! The `kubebuilder-rs` binary on a scratch directory, without a cluster: bad input gets one
 //! line on stderr and leaves every file as it was; files the user owns are never
-//! overwritten; entries above markers are made once; the generated Rust is rustfmt-clean.
+//! overwritten; entries above markers are made once; the generated Rust is rustfmt-clean;
+//! the initial RBAC role is what the runtime generates.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -461,7 +462,6 @@ fn entries_above_markers_are_made_once() {
         "src/api/v1/mod.rs",
         "src/controller/mod.rs",
         "src/webhook/mod.rs",
-        "config/rbac/role.yaml",
         "config/crd/kustomization.yaml",
         "config/samples/kustomization.yaml",
         "config/default/kustomization.yaml",
@@ -563,4 +563,24 @@ fn the_generated_rust_is_rustfmt_clean() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `make manifests` on a fresh project changes nothing: the role `init` writes is the one the
+/// runtime generates for a manager without controllers.
+#[test]
+fn the_initial_role_is_the_generated_one() {
+    use controller_runtime::runtime::rbac::ClusterRole;
+    use controller_runtime::runtime::{Manager, ManagerOptions};
+
+    let scratch = Scratch::new("role");
+    let dir = scratch.0.join("harbor");
+    std::fs::create_dir(&dir).unwrap();
+    ok(&dir, INIT);
+    let manager = Manager::offline(ManagerOptions::default());
+    let generated = ClusterRole::new("manager-role", manager.rbac_rules())
+        .label("app.kubernetes.io/name", "harbor")
+        .label("app.kubernetes.io/managed-by", "kustomize")
+        .to_yaml();
+    let written = std::fs::read_to_string(dir.join("config/rbac/role.yaml")).unwrap();
+    assert_eq!(written, generated);
 }

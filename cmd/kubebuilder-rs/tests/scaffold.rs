@@ -3,7 +3,8 @@
 //! target directory, its CRD installed with `make install`, its manager run with its webhook
 //! server on 127.0.0.1 (a throwaway certificate, registered with the API server by URL), and
 //! its sample applied: the API server defaults it through the webhook and the scaffolded
-//! reconcile adds the finalizer and the `Available` condition. Then the project's own
+//! reconcile adds the finalizer and the `Available` condition. `make manifests` writes the
+//! CRD and the RBAC role generated from the controller's rules, and again changes nothing. Then the project's own
 //! `make test` runs against the same cluster, and its deployment manifests pass a server-side
 //! dry run.
 //!
@@ -86,6 +87,23 @@ fn run(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) -> Strin
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// Every file under `dir` and its bytes.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
 }
 
 /// Removes what the test put on the cluster, even when it fails: the objects of the CRD
@@ -197,6 +215,17 @@ async fn a_scaffolded_operator_defaults_and_reconciles_its_sample() {
         project
             .join(format!("config/crd/bases/{full_group}_ships.yaml"))
             .is_file()
+    );
+    // The role, generated from the controller's rules: the finalizer and status patches.
+    let role = std::fs::read_to_string(project.join("config/rbac/role.yaml")).unwrap();
+    assert!(role.contains("  - ships/status\n"), "{role}");
+    assert!(role.contains(&format!("  - {full_group}\n")), "{role}");
+    // Generated again, nothing changes.
+    let config = snapshot(&project.join("config"));
+    run(&project, "make", &["manifests"], env);
+    assert!(
+        snapshot(&project.join("config")) == config,
+        "make manifests changed config/"
     );
     let kubectl_var = format!("KUBECTL={kubectl_bin}");
     run(&project, "make", &["install", &kubectl_var], env);

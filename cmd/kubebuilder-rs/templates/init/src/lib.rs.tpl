@@ -5,7 +5,7 @@
 //! * [`controller`] — a reconciler per kind;
 //! * [`webhook`] — the admission webhooks, per kind;
 //! * [`setup`] and [`crds`] — every controller and every CRD, as `src/main.rs` and the tests
-//!   use them.
+//!   use them; [`rbac_yaml`] — the manager's ClusterRole, from the controllers' rules.
 //!
 //! ```text
 //!  kube-apiserver ──watch──▶ manager cache ──▶ controller::<kind>::reconcile ──▶ writes
@@ -21,7 +21,8 @@ pub mod api;
 pub mod controller;
 pub mod webhook;
 
-use controller_runtime::runtime::Manager;
+use controller_runtime::runtime::rbac::ClusterRole;
+use controller_runtime::runtime::{Manager, ManagerOptions};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 /// A kind's controller: registers itself with the manager.
@@ -47,6 +48,22 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         // +kubebuilder:scaffold:crds
     ]
+}
+
+/// The ClusterRole `manager-role` as YAML, what `make manifests` writes to
+/// config/rbac/role.yaml: the rules each controller declares in its `setup` and those the
+/// runtime infers from it, on a manager that never connects.
+///
+/// # Errors
+///
+/// If [`setup`] fails.
+pub fn rbac_yaml() -> Result<String, SetupError> {
+    let manager = Manager::offline(ManagerOptions::default());
+    setup(&manager)?;
+    let role = ClusterRole::new("manager-role", manager.rbac_rules())
+        .label("app.kubernetes.io/name", "{{project_name}}")
+        .label("app.kubernetes.io/managed-by", "kustomize");
+    Ok(role.to_yaml())
 }
 
 /// Why [`setup`] failed.
