@@ -163,15 +163,15 @@ fn bad_input_gets_one_line_and_changes_nothing() {
     );
     refused(
         &dir,
-        &gvk("webapp", "v2", "Guestbook"),
+        &gvk("library", "v2", "Guestbook"),
         "kind Guestbook already exists as webapp.example.com/v1 (src/api/v1/guestbook.rs); \
-         kubebuilder-rs creates a kind once, in one version",
+         kubebuilder-rs creates a kind once per version, all its versions in one group",
     );
     refused(
         &dir,
         API,
         "kind Guestbook already exists as webapp.example.com/v1 (src/api/v1/guestbook.rs); \
-         kubebuilder-rs creates a kind once, in one version",
+         kubebuilder-rs creates a kind once per version, all its versions in one group",
     );
     refused(
         &dir,
@@ -214,8 +214,9 @@ fn bad_input_gets_one_line_and_changes_nothing() {
     refused(
         &dir,
         &webhook("Guestbook", "v1", &["--conversion"]),
-        "--conversion: conversion webhooks are not supported yet (they need multi-version \
-         CRDs, which the runtime does not have yet)",
+        "--conversion: kind Guestbook has one version (webapp.example.com/v1); a conversion \
+         webhook converts between versions: add one first with `kubebuilder-rs create api \
+         --group webapp --version <version> --kind Guestbook`",
     );
     refused(
         &dir,
@@ -512,11 +513,14 @@ fn the_generated_rust_is_rustfmt_clean() {
         &dir,
         &with(&DEFAULTING[..8], &["--programmatic-validation"]),
     );
+    // Ark in three versions, converted.
     for (version, kind) in [
         ("v1beta1", "CronJob"),
         ("v1alpha1", "Frigate"),
         ("v10", "Sloop"),
         ("v2", "Ark"),
+        ("v3", "Ark"),
+        ("v3alpha1", "Ark"),
     ] {
         ok(
             &dir,
@@ -544,6 +548,7 @@ fn the_generated_rust_is_rustfmt_clean() {
             "--kind",
             "Ark",
             "--programmatic-validation",
+            "--conversion",
         ],
     );
     let files: Vec<PathBuf> = snapshot(&dir)
