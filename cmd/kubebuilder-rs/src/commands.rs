@@ -44,9 +44,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// `create api` for a kind the project has.
+    /// `create api` for a kind the project has in that version, or in another group.
     #[error(
-        "kind {kind} already exists as {api_version} ({file}); kubebuilder-rs creates a kind once, in one version"
+        "kind {kind} already exists as {api_version} ({file}); kubebuilder-rs creates a kind once per version, all its versions in one group"
     )]
     KindExists {
         /// The kind.
@@ -90,15 +90,17 @@ pub enum Error {
         "create webhook needs at least one of --defaulting, --programmatic-validation and --conversion"
     )]
     NoWebhookType,
-    /// A webhook type the generator does not have yet.
+    /// `create webhook --conversion` for a kind with one version.
     #[error(
-        "{flag}: {name} webhooks are not supported yet (they need multi-version CRDs, which the runtime does not have yet)"
+        "--conversion: kind {kind} has one version ({api_version}); a conversion webhook converts between versions: add one first with `kubebuilder-rs create api --group {group} --version <version> --kind {kind}`"
     )]
-    Unsupported {
-        /// The flag.
-        flag: &'static str,
-        /// The webhook type.
-        name: &'static str,
+    OneVersion {
+        /// The kind.
+        kind: String,
+        /// Its one group and version.
+        api_version: String,
+        /// Its short group.
+        group: String,
     },
     /// `create webhook` for webhooks the kind has.
     #[error("{kind} already has a {names} webhook ({file}); ask only for the webhooks it lacks")]
@@ -371,12 +373,18 @@ fn kind_values(project: &Project, gvk: &Gvk) -> Values {
     values
 }
 
-/// Adds a kind to the project: its types, controller, test, sample, CRD and RBAC entries.
+/// Adds a kind to the project: its types, controller, test, sample and CRD entries.
+///
+/// A kind the project has, in the same group and another version, gets that version: its
+/// types and sample, and its place in the kind's CRD. The first version created stays the
+/// storage version, the one the controller reconciles; the new one is declared in the CRD
+/// but served only once `create webhook --conversion` converts it.
 ///
 /// # Errors
 ///
 /// [`Error`], before anything is written: no project, a bad group, version or kind, a kind
-/// the project has, a file in the way, or a marker missing from a file it adds to.
+/// the project has in this version or in another group, a file in the way, or a marker
+/// missing from a file it adds to.
 pub fn create_api(options: ApiOptions) -> Result<Summary, Error> {
     let dir = absolute(&options.dir);
     let mut project = Project::read(&dir)?;
@@ -390,7 +398,11 @@ pub fn create_api(options: ApiOptions) -> Result<Summary, Error> {
     if !options.resource {
         return Err(Error::NoResource);
     }
-    if let Some(existing) = project.resource(&gvk.kind) {
+    let versions = project.versions(&gvk.kind);
+    let clash = versions
+        .iter()
+        .find(|r| r.version == gvk.version || r.group != gvk.group);
+    if let Some(existing) = clash {
         let existing = existing.gvk();
         return Err(Error::KindExists {
             kind: existing.kind.clone(),
@@ -398,6 +410,9 @@ pub fn create_api(options: ApiOptions) -> Result<Summary, Error> {
             file: format!("src/api/{}/{}.rs", existing.version, existing.module()),
         });
     }
+    // Another version of a kind the project has: its controller stays on the first.
+    let new_version = !versions.is_empty();
+    let controller = options.controller && !new_version;
     let values = kind_values(&project, &gvk);
     let (version, module, kind, plural) = (
         gvk.version.as_str(),
@@ -440,9 +455,9 @@ pub fn create_api(options: ApiOptions) -> Result<Summary, Error> {
         "src/lib.rs",
         Marker("crds"),
         &format!("api::{version}::{kind}"),
-        &format!("<api::{version}::{kind} as controller_runtime::CustomResource>::crd(),"),
+        &format!("<api::{version}::{kind} as controller_runtime::CustomResource>::crd,"),
     )?;
-    if options.controller {
+    if controller {
         plan.create(
             format!("src/controller/{module}.rs"),
             t::API_CONTROLLER.render(&values),
@@ -461,37 +476,34 @@ pub fn create_api(options: ApiOptions) -> Result<Summary, Error> {
             &format!("controller::{module}::setup,"),
         )?;
         plan.create(format!("tests/{module}.rs"), t::API_TEST.render(&values))?;
-        plan.insert(
-            "config/rbac/role.yaml",
-            Marker("rules"),
-            &format!("- {plural}/finalizers"),
-            &t::API_ROLE_RULES.render(&values),
-        )?;
     }
     let sample = format!("{}_{version}_{module}.yaml", gvk.group);
     plan.create(
         format!("config/samples/{sample}"),
         t::API_SAMPLE.render(&values),
     )?;
-    plan.insert(
-        "config/samples/kustomization.yaml",
-        Marker("manifestskustomizesamples"),
-        &format!("- {sample}"),
-        &format!("- {sample}"),
-    )?;
-    let crd_file = format!("bases/{}_{plural}.yaml", gvk.full_group());
-    plan.insert(
-        "config/crd/kustomization.yaml",
-        Marker("crdkustomizeresource"),
-        &format!("- {crd_file}"),
-        &format!("- {crd_file}"),
-    )?;
+    // A new version is not served until it is converted: its sample waits for that.
+    if !new_version {
+        plan.insert(
+            "config/samples/kustomization.yaml",
+            Marker("manifestskustomizesamples"),
+            &format!("- {sample}"),
+            &format!("- {sample}"),
+        )?;
+        let crd_file = format!("bases/{}_{plural}.yaml", gvk.full_group());
+        plan.insert(
+            "config/crd/kustomization.yaml",
+            Marker("crdkustomizeresource"),
+            &format!("- {crd_file}"),
+            &format!("- {crd_file}"),
+        )?;
+    }
     project.resources.push(project::Resource {
         api: project::Api {
             crd_version: "v1".to_owned(),
             namespaced: true,
         },
-        controller: options.controller,
+        controller,
         domain: gvk.domain.clone(),
         group: gvk.group.clone(),
         kind: gvk.kind.clone(),
@@ -505,13 +517,26 @@ pub fn create_api(options: ApiOptions) -> Result<Summary, Error> {
     plan.replace(project::FILE, project.to_yaml());
 
     let changes = plan.apply()?;
+    if new_version {
+        let hub = &project.versions(&gvk.kind)[0].version;
+        return Ok(Summary {
+            changes,
+            next: vec![
+                format!("edit src/api/{version}/{module}.rs (the spec and status of {version})"),
+                format!(
+                    "kubebuilder-rs create webhook --group {} --version {hub} --kind {kind} --conversion (serves {version}, converted to and from the storage version {hub})",
+                    gvk.group
+                ),
+            ],
+        });
+    }
     Ok(Summary {
         changes,
         next: vec![
             format!(
                 "edit src/api/{version}/{module}.rs (the spec and status) and src/controller/{module}.rs (the reconcile)"
             ),
-            "make manifests install run".to_owned(),
+            "make manifests install run (manifests: the CRD, and the RBAC rules in config/rbac/role.yaml)".to_owned(),
         ],
     })
 }
@@ -522,13 +547,12 @@ pub fn create_api(options: ApiOptions) -> Result<Summary, Error> {
 /// to the kind's webhook file, and how it is registered. Adding a type (conversion, once the
 /// runtime has multi-version CRDs) is a template and an entry in [`WEBHOOK_TYPES`].
 struct WebhookType {
-    /// The flag asking for it.
-    flag: &'static str,
     /// Whether the options ask for it.
     asked: fn(&WebhookOptions) -> bool,
     /// Its name in messages: `defaulting`, `validating`.
     name: &'static str,
-    /// The functions it adds to `src/webhook/<kind>.rs`; `None` while it is not supported.
+    /// The functions it adds to `src/webhook/<kind>.rs`; `None` for the conversion, whose
+    /// functions depend on the kind's versions.
     fragment: Option<Template>,
     /// The function in that file that registers it with the server.
     register: &'static str,
@@ -556,7 +580,6 @@ struct Manifest {
 
 const WEBHOOK_TYPES: &[WebhookType] = &[
     WebhookType {
-        flag: "--defaulting",
         asked: |o| o.defaulting,
         name: "defaulting",
         fragment: Some(t::WEBHOOK_DEFAULTING),
@@ -572,7 +595,6 @@ const WEBHOOK_TYPES: &[WebhookType] = &[
         record: |w| w.defaulting = true,
     },
     WebhookType {
-        flag: "--programmatic-validation",
         asked: |o| o.programmatic_validation,
         name: "validating",
         fragment: Some(t::WEBHOOK_VALIDATION),
@@ -588,9 +610,9 @@ const WEBHOOK_TYPES: &[WebhookType] = &[
         record: |w| w.validation = true,
     },
     WebhookType {
-        flag: "--conversion",
         asked: |o| o.conversion,
         name: "conversion",
+        // Made from WEBHOOK_CONVERSION per spoke and WEBHOOK_CONVERTING.
         fragment: None,
         register: "converting",
         manifest: None,
@@ -614,7 +636,7 @@ pub struct WebhookOptions {
     pub defaulting: bool,
     /// Add a validating webhook.
     pub programmatic_validation: bool,
-    /// Add a conversion webhook (not supported yet).
+    /// Add a conversion webhook between the kind's versions.
     pub conversion: bool,
 }
 
@@ -634,12 +656,6 @@ pub fn create_webhook(options: WebhookOptions) -> Result<Summary, Error> {
     if asked.is_empty() {
         return Err(Error::NoWebhookType);
     }
-    if let Some(unsupported) = asked.iter().find(|w| w.fragment.is_none()) {
-        return Err(Error::Unsupported {
-            flag: unsupported.flag,
-            name: unsupported.name,
-        });
-    }
     let dir = absolute(&options.dir);
     let mut project = Project::read(&dir)?;
     let gvk = Gvk {
@@ -649,19 +665,32 @@ pub fn create_webhook(options: WebhookOptions) -> Result<Summary, Error> {
         kind: options.kind,
     };
     gvk.check()?;
-    let Some(resource) = project.resource(&gvk.kind) else {
+    let versions: Vec<Gvk> = project
+        .versions(&gvk.kind)
+        .iter()
+        .map(|r| r.gvk())
+        .collect();
+    if versions.is_empty() {
         return Err(Error::NoKind {
             kind: gvk.kind.clone(),
             api_version: gvk.api_version(),
             group: gvk.group.clone(),
             version: gvk.version.clone(),
         });
-    };
-    if resource.gvk() != gvk {
+    }
+    let Some(resource) = project.resources.iter().find(|r| r.gvk() == gvk) else {
+        let has: Vec<String> = versions.iter().map(Gvk::api_version).collect();
         return Err(Error::KindElsewhere {
             kind: gvk.kind.clone(),
             asked: gvk.api_version(),
-            has: resource.gvk().api_version(),
+            has: has.join(", "),
+        });
+    };
+    if options.conversion && versions.len() < 2 {
+        return Err(Error::OneVersion {
+            kind: gvk.kind.clone(),
+            api_version: gvk.api_version(),
+            group: gvk.group.clone(),
         });
     }
     let module = gvk.module();
@@ -685,7 +714,33 @@ pub fn create_webhook(options: WebhookOptions) -> Result<Summary, Error> {
         .set("mutate_path", gvk.webhook_path("mutate"))
         .set("validate_path", gvk.webhook_path("validate"));
     let mut plan = Plan::new(&dir);
-    let fragment = |w: &WebhookType| w.fragment.map(|f| f.render(&values)).unwrap_or_default();
+    // The conversion's fragment: each spoke's conversions to and from the hub (the storage
+    // version, created first), then the function registering them.
+    let (hub, spokes) = (&versions[0].version, &versions[1..]);
+    let conversion = || {
+        let mut text = String::new();
+        let mut chain = String::new();
+        for spoke in spokes {
+            let mut v = values.clone();
+            v.set("hub", hub.clone())
+                .set("spoke", spoke.version.clone());
+            text.push_str(&t::WEBHOOK_CONVERSION.render(&v));
+            // On one line when it is the only one, as rustfmt writes it.
+            let indent = if spokes.len() == 1 { "" } else { "\n        " };
+            chain.push_str(&format!(
+                "{indent}.spoke::<crate::api::{hub}::{}, crate::api::{}::{}>()",
+                gvk.kind, spoke.version, gvk.kind
+            ));
+        }
+        let mut v = values.clone();
+        v.set("hub", hub.clone()).set("spokes", chain);
+        text.push_str(&t::WEBHOOK_CONVERTING.render(&v));
+        text
+    };
+    let fragment = |w: &WebhookType| match w.fragment {
+        Some(f) => f.render(&values),
+        None => conversion(),
+    };
     let first_of_kind = had.is_none() && !dir.join(&kind_file).exists();
     if first_of_kind {
         let mut header = values.clone();
@@ -712,12 +767,20 @@ pub fn create_webhook(options: WebhookOptions) -> Result<Summary, Error> {
         }
     }
     for w in &asked {
+        let list = if w.manifest.is_some() {
+            "webhooks"
+        } else {
+            "conversions"
+        };
         plan.insert(
             "src/webhook/mod.rs",
-            Marker("webhooks"),
+            Marker(list),
             &format!("{module}::{}", w.register),
             &format!("{module}::{},", w.register),
         )?;
+    }
+    if options.conversion {
+        conversion_manifests(&mut plan, &values, &versions)?;
     }
 
     // The manifests: shared files once, then each webhook's entry.
@@ -784,7 +847,7 @@ pub fn create_webhook(options: WebhookOptions) -> Result<Summary, Error> {
     }
 
     let resource = project
-        .resource_mut(&gvk.kind)
+        .resource_mut(&gvk)
         .expect("the kind was found above");
     let webhooks = resource.webhooks.get_or_insert_with(|| project::Webhooks {
         webhook_version: "v1".to_owned(),
@@ -803,4 +866,73 @@ pub fn create_webhook(options: WebhookOptions) -> Result<Summary, Error> {
             "make run RUN_ARGS=--enable-webhooks (with tls.crt and tls.key in --cert-dir), or make deploy".to_owned(),
         ],
     })
+}
+
+/// The conversion webhook's manifests: the kustomize component that points the CRD at it and
+/// serves the versions besides the storage one (`versions[0]`), the kustomize configuration
+/// that renames its Service with the rest, and the component in config/default.
+fn conversion_manifests(plan: &mut Plan, values: &Values, versions: &[Gvk]) -> Result<(), Error> {
+    let gvk = &versions[0];
+    let plural = gvk.plural();
+    let patch = format!("webhook_in_{plural}.yaml");
+    let served: String = (1..versions.len())
+        .map(|i| {
+            format!("    - op: replace\n      path: /spec/versions/{i}/served\n      value: true\n")
+        })
+        .collect();
+    let mut v = values.clone();
+    v.set("crd_name", format!("{plural}.{}", gvk.full_group()))
+        .set("hub", gvk.version.clone())
+        .set("patch", patch.clone())
+        .set("served", served.trim_end().to_owned());
+    plan.create(
+        format!("config/crd/patches/{patch}"),
+        t::CONVERSION_PATCH.render(&v),
+    )?;
+    let component = "config/crd/patches/kustomization.yaml";
+    if plan.root().join(component).exists() {
+        plan.insert(
+            component,
+            Marker("crdkustomizewebhookpatch"),
+            &format!("path: {patch}"),
+            t::CONVERSION_COMPONENT_ENTRY.render(&v).trim_end(),
+        )?;
+    } else {
+        let entry = t::CONVERSION_COMPONENT_ENTRY.render(&v);
+        v.set("entry", entry.trim_end().to_owned());
+        plan.create(component, t::CONVERSION_COMPONENT.render(&v))?;
+    }
+    if !plan.root().join("config/crd/kustomizeconfig.yaml").exists() {
+        plan.create(
+            "config/crd/kustomizeconfig.yaml",
+            t::CRD_KUSTOMIZECONFIG.render(&v),
+        )?;
+    }
+    append_once(
+        plan,
+        "config/crd/kustomization.yaml",
+        "configurations:",
+        "# Renames the conversion webhook's Service with the rest (config/default).\nconfigurations:\n- kustomizeconfig.yaml\n",
+    )?;
+    append_once(
+        plan,
+        "config/default/kustomization.yaml",
+        "components:",
+        "# The CRDs' conversion webhooks, and the versions they serve.\ncomponents:\n- ../crd/patches\n",
+    )
+}
+
+/// Appends `text` to the file at `path` unless it holds `key` already.
+fn append_once(plan: &mut Plan, path: &str, key: &str, text: &str) -> Result<(), Error> {
+    let current = match plan.contents(path) {
+        Some(pending) => pending.to_owned(),
+        None => std::fs::read_to_string(plan.root().join(path)).map_err(|source| Error::Io {
+            path: plan.root().join(path),
+            source,
+        })?,
+    };
+    if !current.lines().any(|l| l.trim_start() == key) {
+        plan.replace(path, format!("{current}{text}"));
+    }
+    Ok(())
 }

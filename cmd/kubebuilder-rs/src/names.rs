@@ -48,7 +48,6 @@ const TAKEN_CRATE_NAMES: &[&str] = &[
     "thiserror",
     "tokio",
     "tracing",
-    "tracing_subscriber",
 ];
 
 /// Type names the scaffolded files of a kind already use (their imports, their own items
@@ -70,6 +69,7 @@ pub const RESERVED_KINDS: &[&str] = &[
     "Default",
     "DeleteParams",
     "Deserialize",
+    "Event",
     "EventType",
     "JsonSchema",
     "Manager",
@@ -81,12 +81,15 @@ pub const RESERVED_KINDS: &[&str] = &[
     "PostParams",
     "ReconcileError",
     "Recorder",
+    "ResourceExt",
     "Result",
+    "Rule",
     "Self",
     "Serialize",
     "SetupError",
     "String",
     "Vec",
+    "Verb",
     "WebhookServer",
 ];
 

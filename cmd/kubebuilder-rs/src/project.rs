@@ -189,11 +189,18 @@ impl Project {
             .find(|r| r.kind.eq_ignore_ascii_case(kind))
     }
 
-    /// The resource of kind `kind`, to change.
-    pub fn resource_mut(&mut self, kind: &str) -> Option<&mut Resource> {
+    /// Every version of kind `kind`, in the order they were created: the first is the
+    /// storage version (the conversion hub).
+    pub fn versions(&self, kind: &str) -> Vec<&Resource> {
         self.resources
-            .iter_mut()
-            .find(|r| r.kind.eq_ignore_ascii_case(kind))
+            .iter()
+            .filter(|r| r.kind.eq_ignore_ascii_case(kind))
+            .collect()
+    }
+
+    /// The resource of `gvk`, to change.
+    pub fn resource_mut(&mut self, gvk: &Gvk) -> Option<&mut Resource> {
+        self.resources.iter_mut().find(|r| r.gvk() == *gvk)
     }
 }
 

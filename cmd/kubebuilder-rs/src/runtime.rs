@@ -10,7 +10,6 @@ const BUILT_WITH: &str = include_str!("../../../Cargo.toml");
 /// The dependencies a scaffolded project declares besides the runtime, each with the
 /// features it needs beyond the workspace's.
 const DEPENDENCIES: &[(&str, &[&str])] = &[
-    ("anyhow", &[]),
     ("clap", &[]),
     ("k8s-openapi", &[]),
     ("schemars", &[]),
@@ -19,7 +18,6 @@ const DEPENDENCIES: &[(&str, &[&str])] = &[
     ("thiserror", &[]),
     ("tokio", &["macros", "rt-multi-thread", "time"]),
     ("tracing", &[]),
-    ("tracing-subscriber", &[]),
 ];
 
 /// Where the runtime crate, `controller-runtime`, comes from.

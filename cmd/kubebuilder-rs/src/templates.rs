@@ -64,10 +64,15 @@ templates! {
     API_CONTROLLER = "api/controller.rs.tpl";
     API_TEST = "api/test.rs.tpl";
     API_SAMPLE = "api/sample.yaml.tpl";
-    API_ROLE_RULES = "api/role_rules.yaml.tpl";
     WEBHOOK_KIND = "webhook/kind.rs.tpl";
     WEBHOOK_DEFAULTING = "webhook/defaulting.rs.tpl";
     WEBHOOK_VALIDATION = "webhook/validation.rs.tpl";
+    WEBHOOK_CONVERSION = "webhook/conversion.rs.tpl";
+    WEBHOOK_CONVERTING = "webhook/converting.rs.tpl";
+    CONVERSION_PATCH = "webhook/crd_conversion_patch.yaml.tpl";
+    CONVERSION_COMPONENT = "webhook/crd_patches_kustomization.yaml.tpl";
+    CONVERSION_COMPONENT_ENTRY = "webhook/crd_patches_entry.yaml.tpl";
+    CRD_KUSTOMIZECONFIG = "webhook/crd_kustomizeconfig.yaml.tpl";
     WEBHOOK_MANIFESTS = "webhook/manifests.yaml.tpl";
     WEBHOOK_CONFIGURATION = "webhook/configuration.yaml.tpl";
     WEBHOOK_ENTRY = "webhook/entry.yaml.tpl";
@@ -242,6 +247,8 @@ mod tests {
             WEBHOOK_KIND,
             WEBHOOK_DEFAULTING,
             WEBHOOK_VALIDATION,
+            WEBHOOK_CONVERSION,
+            WEBHOOK_CONVERTING,
         ] {
             for name in names_in_scope(template.text) {
                 assert!(

@@ -1,6 +1,7 @@
 //! The `kubebuilder-rs` binary on a scratch directory, without a cluster: bad input gets one
 //! line on stderr and leaves every file as it was; files the user owns are never
-//! overwritten; entries above markers are made once; the generated Rust is rustfmt-clean.
+//! overwritten; entries above markers are made once; the generated Rust is rustfmt-clean;
+//! the initial RBAC role is what the runtime generates.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -162,15 +163,15 @@ fn bad_input_gets_one_line_and_changes_nothing() {
     );
     refused(
         &dir,
-        &gvk("webapp", "v2", "Guestbook"),
+        &gvk("library", "v2", "Guestbook"),
         "kind Guestbook already exists as webapp.example.com/v1 (src/api/v1/guestbook.rs); \
-         kubebuilder-rs creates a kind once, in one version",
+         kubebuilder-rs creates a kind once per version, all its versions in one group",
     );
     refused(
         &dir,
         API,
         "kind Guestbook already exists as webapp.example.com/v1 (src/api/v1/guestbook.rs); \
-         kubebuilder-rs creates a kind once, in one version",
+         kubebuilder-rs creates a kind once per version, all its versions in one group",
     );
     refused(
         &dir,
@@ -213,8 +214,9 @@ fn bad_input_gets_one_line_and_changes_nothing() {
     refused(
         &dir,
         &webhook("Guestbook", "v1", &["--conversion"]),
-        "--conversion: conversion webhooks are not supported yet (they need multi-version \
-         CRDs, which the runtime does not have yet)",
+        "--conversion: kind Guestbook has one version (webapp.example.com/v1); a conversion \
+         webhook converts between versions: add one first with `kubebuilder-rs create api \
+         --group webapp --version <version> --kind Guestbook`",
     );
     refused(
         &dir,
@@ -461,7 +463,6 @@ fn entries_above_markers_are_made_once() {
         "src/api/v1/mod.rs",
         "src/controller/mod.rs",
         "src/webhook/mod.rs",
-        "config/rbac/role.yaml",
         "config/crd/kustomization.yaml",
         "config/samples/kustomization.yaml",
         "config/default/kustomization.yaml",
@@ -512,11 +513,14 @@ fn the_generated_rust_is_rustfmt_clean() {
         &dir,
         &with(&DEFAULTING[..8], &["--programmatic-validation"]),
     );
+    // Ark in three versions, converted.
     for (version, kind) in [
         ("v1beta1", "CronJob"),
         ("v1alpha1", "Frigate"),
         ("v10", "Sloop"),
         ("v2", "Ark"),
+        ("v3", "Ark"),
+        ("v3alpha1", "Ark"),
     ] {
         ok(
             &dir,
@@ -544,6 +548,7 @@ fn the_generated_rust_is_rustfmt_clean() {
             "--kind",
             "Ark",
             "--programmatic-validation",
+            "--conversion",
         ],
     );
     let files: Vec<PathBuf> = snapshot(&dir)
@@ -563,4 +568,24 @@ fn the_generated_rust_is_rustfmt_clean() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `make manifests` on a fresh project changes nothing: the role `init` writes is the one the
+/// runtime generates for a manager without controllers.
+#[test]
+fn the_initial_role_is_the_generated_one() {
+    use controller_runtime::runtime::rbac::ClusterRole;
+    use controller_runtime::runtime::{Manager, ManagerOptions};
+
+    let scratch = Scratch::new("role");
+    let dir = scratch.0.join("harbor");
+    std::fs::create_dir(&dir).unwrap();
+    ok(&dir, INIT);
+    let manager = Manager::offline(ManagerOptions::default());
+    let generated = ClusterRole::new("manager-role", manager.rbac_rules())
+        .label("app.kubernetes.io/name", "harbor")
+        .label("app.kubernetes.io/managed-by", "kustomize")
+        .to_yaml();
+    let written = std::fs::read_to_string(dir.join("config/rbac/role.yaml")).unwrap();
+    assert_eq!(written, generated);
 }

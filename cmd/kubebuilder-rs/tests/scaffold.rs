@@ -3,7 +3,10 @@
 //! target directory, its CRD installed with `make install`, its manager run with its webhook
 //! server on 127.0.0.1 (a throwaway certificate, registered with the API server by URL), and
 //! its sample applied: the API server defaults it through the webhook and the scaffolded
-//! reconcile adds the finalizer and the `Available` condition. Then the project's own
+//! reconcile adds the finalizer and the `Available` condition. `make manifests` writes the
+//! CRD and the RBAC role generated from the controller's rules, and again changes nothing.
+//! Then a second version and its conversion webhook: a Ship written as v2 is read back as
+//! v1, reconciled, and as v2. Then the project's own
 //! `make test` runs against the same cluster, and its deployment manifests pass a server-side
 //! dry run.
 //!
@@ -86,6 +89,23 @@ fn run(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) -> Strin
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// Every file under `dir` and its bytes.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
 }
 
 /// Removes what the test put on the cluster, even when it fails: the objects of the CRD
@@ -197,6 +217,17 @@ async fn a_scaffolded_operator_defaults_and_reconciles_its_sample() {
         project
             .join(format!("config/crd/bases/{full_group}_ships.yaml"))
             .is_file()
+    );
+    // The role, generated from the controller's rules: the finalizer and status patches.
+    let role = std::fs::read_to_string(project.join("config/rbac/role.yaml")).unwrap();
+    assert!(role.contains("  - ships/status\n"), "{role}");
+    assert!(role.contains(&format!("  - {full_group}\n")), "{role}");
+    // Generated again, nothing changes.
+    let config = snapshot(&project.join("config"));
+    run(&project, "make", &["manifests"], env);
+    assert!(
+        snapshot(&project.join("config")) == config,
+        "make manifests changed config/"
     );
     let kubectl_var = format!("KUBECTL={kubectl_bin}");
     run(&project, "make", &["install", &kubectl_var], env);
@@ -343,6 +374,118 @@ async fn a_scaffolded_operator_defaults_and_reconciles_its_sample() {
         tested.contains("test a_ship_is_reconciled_and_its_deletion_completes ... ok"),
         "{tested}"
     );
+
+    // A second version and the conversion webhook: an object written as v2 is stored as v1
+    // (the hub) and read back as either, through the API server.
+    let v2 = ["--group", "fleet", "--version", "v2", "--kind", "Ship"];
+    run(&project, kb, &[&["create", "api"][..], &v2].concat(), &[]);
+    run(
+        &project,
+        kb,
+        &[&["create", "webhook"][..], &gvk, &["--conversion"]].concat(),
+        &[],
+    );
+    run(&project, "make", &["install", &kubectl_var], env);
+    let mut manager = tokio::process::Command::new(target.join("debug").join(&name))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "--namespace",
+            &ns,
+            "--metrics-bind-address=0",
+            "--enable-webhooks",
+        ])
+        .arg(format!("--health-probe-bind-address=127.0.0.1:{probes}"))
+        .arg(format!("--webhook-port={webhooks}"))
+        .arg("--cert-dir")
+        .arg(&certs)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(scratch.join("manager-2.log")).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_ready(format!("127.0.0.1:{probes}").parse().unwrap()).await;
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&ca).unwrap());
+    let conversion = json!([
+        {"op": "replace", "path": "/spec/conversion", "value": {
+            "strategy": "Webhook",
+            "webhook": {
+                "clientConfig": {
+                    "url": format!("https://127.0.0.1:{webhooks}/convert"),
+                    "caBundle": ca_bundle,
+                },
+                "conversionReviewVersions": ["v1"],
+            },
+        }},
+        {"op": "replace", "path": "/spec/versions/1/served", "value": true},
+    ]);
+    kubectl.run(&[
+        "patch",
+        "crd",
+        &crd,
+        "--type=json",
+        "-p",
+        &conversion.to_string(),
+    ]);
+    let (v1, v2) = (
+        format!("ships.v1.{full_group}"),
+        format!("ships.v2.{full_group}"),
+    );
+    let ship = json!({
+        "apiVersion": format!("{full_group}/v2"),
+        "kind": "Ship",
+        "metadata": {"name": "ship-v2", "namespace": ns},
+        "spec": {"foo": "converted"},
+    });
+    let ship = ship.to_string();
+    wait_until("a v2 Ship created", CONVERGE, async || {
+        kubectl.try_run(&["apply", "-f", "-"], Some(&ship))
+    })
+    .await;
+    wait_until("the v2 Ship read as v1, reconciled", CONVERGE, async || {
+        let as_v1 = kubectl.try_json(&["-n", &ns, "get", &v1, "ship-v2"])?;
+        let available = as_v1
+            .pointer("/status/conditions/0/status")
+            .and_then(Value::as_str);
+        if as_v1["apiVersion"] == format!("{full_group}/v1")
+            && as_v1["spec"]["foo"] == "converted"
+            && available == Some("True")
+        {
+            Ok(())
+        } else {
+            Err(as_v1.to_string())
+        }
+    })
+    .await;
+    let as_v2 = kubectl.json(&["-n", &ns, "get", &v2, "ship-v2"]);
+    assert_eq!(as_v2["apiVersion"], format!("{full_group}/v2"));
+    assert_eq!(as_v2["spec"]["foo"], "converted");
+    assert_eq!(as_v2["status"]["conditions"][0]["type"], "Available");
+    kubectl.run(&["-n", &ns, "delete", &v1, "ship-v2", "--wait=false"]);
+    wait_until("the v2 Ship gone", CONVERGE, async || {
+        let args = [
+            "-n",
+            &ns,
+            "get",
+            &v1,
+            "ship-v2",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ];
+        match kubectl.try_run(&args, None)? {
+            left if left.trim().is_empty() => Ok(()),
+            left => Err(left),
+        }
+    })
+    .await;
+    manager.start_kill().unwrap();
+    let _ = manager.wait().await;
+    // The webhook gone, the CRD converts no more (and the deployment's CRD below names the
+    // webhook by its Service, which a URL beside it would make invalid).
+    let none =
+        json!([{"op": "replace", "path": "/spec/conversion", "value": {"strategy": "None"}}]);
+    kubectl.run(&["patch", "crd", &crd, "--type=json", "-p", &none.to_string()]);
 
     // Its deployment, rendered by `make deploy`'s overlay script, passes a server-side dry
     // run (no image is pulled: nothing is created).

@@ -2,23 +2,22 @@
 //!
 //! One pass, top to bottom, as the runtime's Memcached operator does it:
 //!
-//! 1. a {{kind}} being deleted is cleaned up after, then loses the finalizer, so that its
-//!    deletion completes;
-//! 2. a {{kind}} without the finalizer gets it, and the pass ends (the update comes back);
-//! 3. TODO(user): the cluster is brought to what the spec asks;
-//! 4. the status says so: condition `Available`, for the generation seen.
+//! 1. the runtime's [`finalizer`] flow holds deletions: a {{kind}} without the finalizer
+//!    gets it, and the pass ends (the write comes back as an event); a {{kind}} being
+//!    deleted is cleaned up after, then loses the finalizer, so that its deletion completes;
+//! 2. TODO(user): the cluster is brought to what the spec asks;
+//! 3. the status says so: condition `Available`, for the generation seen, written only when
+//!    it changed.
 //!
-//! Reads come from the manager's cache; writes go to the API server. A pass that changes
-//! nothing writes nothing, so the loop settles.
+//! Reads come from the manager's cache; writes go to the API server. The finalizer writes
+//! carry the resourceVersion they were computed from, so a stale read fails with 409 and
+//! is retried. A pass that changes nothing writes nothing, so the loop settles.
 
 use std::sync::Arc;
 
-use controller_runtime::client::{Api, Client, Patch, PatchParams};
-use controller_runtime::runtime::events::{EventType, Recorder, object_reference};
-use controller_runtime::runtime::finalizer::{add_finalizer, has_finalizer, remove_finalizer};
-use controller_runtime::runtime::{Action, Controller, Manager, ReconcileError};
+use controller_runtime::prelude::*;
+use controller_runtime::runtime::rbac::{Rule, Verb};
 
-use super::set_condition;
 use crate::SetupError;
 use crate::api::{{version}}::{{kind}};
 
@@ -37,7 +36,9 @@ pub struct Context {
     pub recorder: Recorder,
 }
 
-/// Registers the {{kind}} controller with `manager`.
+/// Registers the {{kind}} controller with `manager`, with the RBAC rules of its writes (the
+/// runtime adds the list and watch of what it caches, and the events; `make manifests`
+/// writes them all to config/rbac/role.yaml).
 ///
 /// # Errors
 ///
@@ -49,7 +50,18 @@ pub fn setup(manager: &Manager) -> Result<(), SetupError> {
     });
     Controller::<{{kind}}>::new(manager)
         // TODO(user): `.owns::<Deployment>()` for what a {{kind}} creates, and
-        // `.watches::<K>(map)` for other kinds it depends on.
+        // `.watches::<K>(map)` for other kinds it depends on, with a `.rbac(..)` rule for
+        // each write.
+        .rbac(
+            Rule::of::<{{kind}}>()
+                .verbs([Verb::Patch])
+                .because("the finalizer is added and removed by a merge patch"),
+        )
+        .rbac(
+            Rule::status::<{{kind}}>()
+                .verbs([Verb::Patch])
+                .because("the status is written by a merge patch through the subresource"),
+        )
         .complete(reconcile, ctx)?;
     Ok(())
 }
@@ -61,15 +73,13 @@ pub fn setup(manager: &Manager) -> Result<(), SetupError> {
 /// A write the API server refused (a conflict, a 422, RBAC); the controller retries it with
 /// backoff.
 pub async fn reconcile(obj: Arc<{{kind}}>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    let ns = obj.metadata.namespace.as_deref().unwrap_or_default();
-    let name = obj.metadata.name.as_deref().unwrap_or_default();
-    let api = Api::<{{kind}}>::namespaced(ctx.client.clone(), ns);
-
-    // 1. Being deleted: clean up, then let go.
-    if obj.metadata.deletion_timestamp.is_some() {
-        if has_finalizer(&*obj, FINALIZER) {
+    let api = Api::<{{kind}}>::namespaced(ctx.client.clone(), obj.namespace());
+    finalizer(&api, FINALIZER, obj, async |event| match event {
+        Event::Apply(obj) => apply(&obj, &api).await,
+        Event::Cleanup(obj) => {
             // TODO(user): delete what the {{kind}} made that owner references do not
             // collect (objects elsewhere, state outside the cluster).
+            let (ns, name) = (obj.namespace(), obj.name());
             ctx.recorder.publish(
                 object_reference(&*obj),
                 EventType::Normal,
@@ -77,54 +87,28 @@ pub async fn reconcile(obj: Arc<{{kind}}>, ctx: Arc<Context>) -> Result<Action, 
                 "Finalize",
                 format!("{{kind}} {ns}/{name} is being deleted"),
             );
-            let mut released = (*obj).clone();
-            remove_finalizer(&mut released, FINALIZER);
-            write_finalizers(&api, &released).await?;
+            Ok(Action::done())
         }
-        return Ok(Action::done());
-    }
-
-    // 2. Hold deletions until the controller has seen them.
-    if !has_finalizer(&*obj, FINALIZER) {
-        let mut held = (*obj).clone();
-        add_finalizer(&mut held, FINALIZER);
-        write_finalizers(&api, &held).await?;
-        return Ok(Action::done());
-    }
-
-    // 3. TODO(user): make the cluster match `obj.spec`: create or update what the {{kind}}
-    //    owns (with an owner reference, `controller_runtime::runtime::owner`), reading it
-    //    from the cache (`manager.store::<K>()` in `setup`).
-    tracing::debug!(namespace = ns, name, "reconciling {{kind}}");
-
-    // 4. Report what was done, for this generation.
-    let mut status = obj.status.clone().unwrap_or_default();
-    let changed = set_condition(
-        &mut status.conditions,
-        AVAILABLE,
-        true,
-        "Reconciled",
-        "the {{kind}} was reconciled",
-        obj.metadata.generation,
-    );
-    if changed {
-        let patch = serde_json::json!({ "status": status });
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
-    }
-    Ok(Action::done())
+    })
+    .await
 }
 
-/// Writes `obj`'s finalizers, only if the {{kind}} is still at the resourceVersion they were
-/// computed from: a merge patch carrying it is refused with 409 Conflict when the object
-/// changed since, and the reconcile is retried on a fresh copy.
-async fn write_finalizers(api: &Api<{{kind}}>, obj: &{{kind}}) -> Result<(), ReconcileError> {
-    let name = obj.metadata.name.as_deref().unwrap_or_default();
-    let patch = serde_json::json!({"metadata": {
-        "finalizers": obj.metadata.finalizers.clone().unwrap_or_default(),
-        "resourceVersion": obj.metadata.resource_version,
-    }});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await?;
-    Ok(())
+/// Steps 2 and 3 of the [module docs](self), for a live {{kind}} that holds the finalizer.
+async fn apply(obj: &{{kind}}, api: &Api<{{kind}}>) -> Result<Action, ReconcileError> {
+    // 2. TODO(user): make the cluster match `obj.spec`: create or update what the {{kind}}
+    //    owns (with `controller_reference(obj)?` as its owner reference, written with
+    //    `ops::apply_cached`), reading it from the cache (`manager.store::<K>()` in `setup`).
+    let (namespace, name) = (obj.namespace(), obj.name());
+    tracing::debug!(namespace, name, "reconciling");
+
+    // 3. Report what was done, for this generation.
+    let mut status = obj.status.clone().unwrap_or_default();
+    let message = "the {{kind}} was reconciled";
+    let available = Condition {
+        observed_generation: obj.metadata.generation,
+        ..conditions::new(AVAILABLE, true, "Reconciled", message)
+    };
+    conditions::set(&mut status.conditions, available);
+    status::write(api, obj, &status).await?;
+    Ok(Action::done())
 }

@@ -26,8 +26,9 @@ help: ## Display this help.
 
 ##@ Development
 
-manifests: ## Write each kind's CustomResourceDefinition, derived from its Rust types, to config/crd/bases.
+manifests: ## Write the CRDs (from the Rust types) to config/crd/bases and the manager's role (from the controllers' rules) to config/rbac/role.yaml.
 	$(CARGO) run -q -- crd --dir config/crd/bases
+	$(CARGO) run -q -- rbac --file config/rbac/role.yaml
 
 fmt: ## Format the code.
 	$(CARGO) fmt

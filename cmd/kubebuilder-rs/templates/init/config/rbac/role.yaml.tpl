@@ -1,20 +1,11 @@
-# The manager's cluster-wide rights. `kubebuilder-rs create api` adds each kind's rules (its
-# objects, their status and finalizers) above the marker; add what your controllers need
-# besides, e.g. the Deployments a kind owns.
+# Generated from the code (`make manifests`): the rules the controllers declare,
+# and those the runtime infers from them. Do not edit; what each verb is for:
+#
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
   labels:
-    app.kubernetes.io/name: {{project_name}}
     app.kubernetes.io/managed-by: kustomize
+    app.kubernetes.io/name: {{project_name}}
   name: manager-role
-rules:
-# Events the controllers record.
-- apiGroups:
-  - events.k8s.io
-  resources:
-  - events
-  verbs:
-  - create
-  - patch
-# +kubebuilder:scaffold:rules
+rules: []
