@@ -515,6 +515,15 @@ async fn a_scaffolded_operator_defaults_and_reconciles_its_sample() {
     }
     let rendered = kubectl.run(&["kustomize", deploy.to_str().unwrap()]);
     assert!(rendered.contains("caBundle: "), "{rendered}");
+    // The CRD's conversion webhook trusts the same CA as the admission webhooks.
+    let crd_doc = rendered
+        .split("\n---\n")
+        .find(|doc| doc.contains("kind: CustomResourceDefinition"))
+        .unwrap_or_else(|| panic!("no CRD in:\n{rendered}"));
+    assert!(
+        crd_doc.contains("strategy: Webhook") && crd_doc.contains("caBundle: "),
+        "the CRD's conversion webhook has no caBundle:\n{crd_doc}"
+    );
     assert!(
         rendered.contains("image: registry.example.com/yard:v0.1.0"),
         "{rendered}"

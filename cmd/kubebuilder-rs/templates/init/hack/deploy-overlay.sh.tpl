@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes a kustomize overlay of config/default into DIR that deploys the manager with image
-# IMG and gives its admission webhooks a certificate the API server trusts:
+# IMG and gives its webhooks (admission and CRD conversion) a certificate the API server trusts:
 #
 #   hack/deploy-overlay.sh IMG DIR && kubectl apply -k DIR      (what `make deploy` does)
 #
@@ -9,7 +9,8 @@
 # which adds an `images:` entry (controller -> IMG), the Secret `webhook-server-cert` the
 # manager mounts (a serving certificate for the webhook Service, signed by a CA made here
 # with openssl and kept in DIR, which is made mode 0700), and that CA as the caBundle of
-# every webhook in config/webhook/manifests.yaml. With cert-manager, use it instead.
+# every webhook in config/webhook/manifests.yaml and of each CRD conversion webhook in
+# config/crd/patches/. With cert-manager, use it instead.
 set -euo pipefail
 
 if [ $# -ne 2 ] || [ -z "$1" ] || [ -z "$2" ]; then
@@ -98,7 +99,26 @@ PATCH
     printf '    - op: add\n      path: /webhooks/%d/clientConfig/caBundle\n      value: %s\n' "$i" "$ca_bundle"
   done
 }
-patches=$(ca_patches MutatingWebhookConfiguration; ca_patches ValidatingWebhookConfiguration)
+# A caBundle patch for the conversion webhook of each CRD that has one (the component
+# config/crd/patches/webhook_in_<plural>.yaml, as `create webhook --conversion` writes it).
+crd_ca_patches() {
+  local patch name
+  for patch in "$root"/config/crd/patches/webhook_in_*.yaml; do
+    [ -f "$patch" ] || continue
+    name=$(awk '/^  name: /{print $2; exit}' "$patch")
+    cat <<PATCH
+- target:
+    group: apiextensions.k8s.io
+    kind: CustomResourceDefinition
+    name: $name
+  patch: |-
+    - op: add
+      path: /spec/conversion/webhook/clientConfig/caBundle
+      value: $ca_bundle
+PATCH
+  done
+}
+patches=$(ca_patches MutatingWebhookConfiguration; ca_patches ValidatingWebhookConfiguration; crd_ca_patches)
 
 {
   cat <<YAML
