@@ -78,7 +78,8 @@ pub use runtime::crd::CustomResource;
 pub use workqueue;
 
 /// What a controller author needs, in one `use controller_runtime::prelude::*;`: the
-/// manager and controller, the cache's stores, the client, the `CustomResource` derive and
+/// manager, its standard flags ([`ManagerArgs`](runtime::ManagerArgs)) and controller, the
+/// RBAC rules a controller declares, the cache's stores, the client, the `CustomResource` derive and
 /// trait, [`ResourceExt`](runtime::ResourceExt)'s `name()` and `namespace()`, and the
 /// helpers a reconcile writes with (the [`finalizer`](runtime::finalizer::finalizer) flow,
 /// [`conditions`](runtime::conditions), [`status`](runtime::status), [`ops`](runtime::ops),
@@ -111,10 +112,11 @@ pub mod prelude {
     pub use crate::runtime::events::{EventType, Recorder, object_reference};
     pub use crate::runtime::finalizer::{Event, finalizer};
     pub use crate::runtime::owner::controller_reference;
+    pub use crate::runtime::rbac::{Rule, Verb};
     pub use crate::runtime::status::HasStatus;
     pub use crate::runtime::{
-        Action, Controller, Manager, ManagerOptions, ObjectRef, Predicate, ReconcileError,
-        ResourceExt, Store, conditions, ops, status,
+        Action, Controller, Manager, ManagerArgs, ManagerOptions, ObjectRef, Predicate,
+        ReconcileError, ResourceExt, Store, conditions, ops, status,
     };
     pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 }

@@ -484,7 +484,7 @@ fn apply_body<K: Resource + Serialize>(object: &K) -> Result<Value> {
 ///
 /// | `cached` | the write | result |
 /// |---|---|---|
-/// | `None` | a server-side [`apply`] of `want` | `Created` |
+/// | `None` | a create (POST) of `want`; if the name is taken (409: the cache was behind, say just after this controller's own create), a read of the object, then as the rows below | `Created`, or as below |
 /// | holds every field `want` sets, with `want`'s values ([`is_applied`]) | none | `Unchanged` |
 /// | differs only in fields outside lists (a scale: `spec.replicas`) | an update (PUT) of `cached` with those fields, carrying its resourceVersion; if that meets 409 (the cache was behind), a merge patch of those fields alone | `Updated` |
 /// | differs inside a list (a container's image) | a server-side apply of `want` | `Updated` |
@@ -493,7 +493,9 @@ fn apply_body<K: Resource + Serialize>(object: &K) -> Result<Value> {
 /// (`benches/deployment-writes.py` measures the three; an update took about half an
 /// apply's time on the local cluster), and the change most often made, a scale, is one.
 /// A list changes only by an apply, which merges list entries by their keys (containers by
-/// name) where an update by position could mistake one entry for another. Fields the
+/// name) where an update by position could mistake one entry for another. A create
+/// reports `Created` only for an object the server made then, so a reconcile that reads a
+/// cache behind its own write neither writes twice nor announces a second creation. Fields the
 /// server or others set beyond what `want` sets are left alone; unlike a plain apply, a
 /// field `want` stops setting is not removed.
 ///
@@ -536,11 +538,25 @@ where
     K: Resource + Metadata<Ty = ObjectMeta> + Serialize + DeserializeOwned + Clone,
 {
     let name = name_of(want)?;
-    let Some(cached) = cached else {
-        return Ok((
-            apply(api, want, field_manager).await?,
-            OperationResult::Created,
-        ));
+    let live;
+    let cached = match cached {
+        Some(cached) => cached,
+        None => {
+            let params = PostParams {
+                field_manager: Some(field_manager.to_owned()),
+                ..PostParams::default()
+            };
+            match api.create(&params, want).await {
+                Ok(created) => return Ok((created, OperationResult::Created)),
+                // The name is taken: the cache has not seen the object yet. Go on from
+                // the server's copy.
+                Err(e) if e.is_conflict() => {
+                    live = api.get(name).await?;
+                    &live
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     };
     let mut have = to_json(cached)?;
     let fields = match missing(Some(&have), &apply_body(want)?) {

@@ -79,10 +79,9 @@ pub fn setup(manager: &Manager, default_image: &str) -> Result<(), SetupError> {
             Rule::of::<Deployment>()
                 .verbs([Verb::Create, Verb::Patch, Verb::Update])
                 .because(
-                    "the Deployment is written by server-side apply, a patch, which is \
-                     authorized as a create as well when it creates the Deployment; a scale \
-                     is an update of the cached Deployment, or a merge patch when the cache \
-                     was behind",
+                    "a new Deployment is created; a change inside a list (the image, the \
+                     port) is a server-side apply, a patch; a scale is an update of the \
+                     cached Deployment, or a merge patch when the cache was behind",
                 ),
         )
         .complete(reconcile::reconcile, ctx)?;

@@ -15,7 +15,9 @@
 //! Reads come from the manager's cache; writes go to the API server. Finalizer writes carry
 //! the resourceVersion they were computed from, so a stale read fails with 409 and is
 //! retried with backoff instead of losing someone else's change. The Deployment is written
-//! by [`ops::apply_cached`]: a scale, the usual change, is an update of the cached
+//! by [`ops::apply_cached`]: a new one is created, and a pass whose cache has not yet seen
+//! that create finds the name taken and goes on from the server's copy, so it neither
+//! creates nor announces it twice; a scale, the usual change, is an update of the cached
 //! Deployment (the cheapest write for the API server), followed by a merge patch of the
 //! replicas alone when the cache was behind; a change inside a list (the image, the port)
 //! is a server-side apply. The status is written through its subresource. A pass that
@@ -96,8 +98,8 @@ async fn apply(
     let written = ops::apply_cached(&deployments, have.as_deref(), &want, FIELD_MANAGER).await;
     let deployment = match written {
         Ok((deployment, ops::OperationResult::Unchanged)) => deployment,
-        Ok((deployment, _)) => {
-            announce(ctx, mc, have.as_deref(), &want);
+        Ok((deployment, done)) => {
+            announce(ctx, mc, done, have.as_deref(), &want);
             deployment
         }
         Err(error) => {
@@ -241,17 +243,23 @@ pub async fn write_deployment(
     Ok(ops::apply_cached(api, have, want, FIELD_MANAGER).await?.0)
 }
 
-/// Records what a write of the Deployment did.
-fn announce(ctx: &Context, mc: &Memcached, have: Option<&Deployment>, want: &Deployment) {
+/// Records what a write of the Deployment did (`done`), from `have`, the cached copy.
+fn announce(
+    ctx: &Context,
+    mc: &Memcached,
+    done: ops::OperationResult,
+    have: Option<&Deployment>,
+    want: &Deployment,
+) {
     let replicas = |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let name = mc.name();
-    let (reason, action, note) = match have {
-        None => (
+    let (reason, action, note) = match (done, have) {
+        (ops::OperationResult::Created, _) => (
             "Created",
             "CreateDeployment",
             format!("Created Deployment {name} with {} replicas", replicas(want)),
         ),
-        Some(have) if replicas(have) != replicas(want) => (
+        (_, Some(have)) if replicas(have) != replicas(want) => (
             "Scaled",
             "ScaleDeployment",
             format!(
@@ -260,7 +268,7 @@ fn announce(ctx: &Context, mc: &Memcached, have: Option<&Deployment>, want: &Dep
                 replicas(want)
             ),
         ),
-        Some(_) => (
+        _ => (
             "Updated",
             "UpdateDeployment",
             format!("Updated Deployment {name} to match the spec"),

@@ -928,13 +928,13 @@ async fn removing_one_rule_breaks_the_operator_with_a_clear_403_in_its_log() {
         image: None,
     };
 
-    // Without `patch` on Deployments the operator cannot apply one: each reconcile fails
+    // Without `create` on Deployments the operator cannot make one: each reconcile fails
     // with the API server's 403, logged, and the resource says Degraded.
     let (ns, cleanup, operator) = operator_without(
         &kubectl,
         &rules,
-        "mc-rbac-patch",
-        ("apps", "deployments", "patch"),
+        "mc-rbac-create",
+        ("apps", "deployments", "create"),
     )
     .await;
     let memcacheds = Api::<Memcached>::namespaced(admin.clone(), &ns);
@@ -949,7 +949,7 @@ async fn removing_one_rule_breaks_the_operator_with_a_clear_403_in_its_log() {
         .line_with(&[
             "reconcile failed",
             "403",
-            "cannot patch resource \"deployments\"",
+            "cannot create resource \"deployments\"",
         ])
         .await;
     assert!(

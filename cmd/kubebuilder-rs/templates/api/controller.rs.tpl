@@ -16,7 +16,6 @@
 use std::sync::Arc;
 
 use controller_runtime::prelude::*;
-use controller_runtime::runtime::rbac::{Rule, Verb};
 
 use crate::SetupError;
 use crate::api::{{version}}::{{kind}};
