@@ -388,6 +388,54 @@ pub fn is_established(crd: &CustomResourceDefinition) -> bool {
         })
 }
 
+/// Applies `crd` server-side as `field_manager` (forced, so a changed schema updates it) and
+/// waits until the API server serves its kind: established, and a list of its first served
+/// version answers (discovery may lag the condition a moment). What `make install` does with
+/// kubectl, for tests and for an operator that installs its own CRDs.
+///
+/// # Errors
+///
+/// The apply refused (RBAC, an invalid schema), or the kind not served within `timeout`
+/// ([`client::Error::Build`](crate::client::Error::Build), naming the CRD).
+///
+/// # Cancel safety
+///
+/// Dropping the future stops the wait; the apply, once sent, stands.
+pub async fn install(
+    client: &crate::client::Client,
+    crd: &CustomResourceDefinition,
+    field_manager: &str,
+    timeout: std::time::Duration,
+) -> Result<(), crate::client::Error> {
+    use crate::client::{Api, Patch, PatchParams};
+    let crds: Api<CustomResourceDefinition> = Api::cluster(client.clone());
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    crds.patch(
+        &name,
+        &PatchParams::apply(field_manager).force(),
+        &Patch::Apply(crd),
+    )
+    .await?;
+    let served = crd.spec.versions.iter().find(|v| v.served);
+    let version = served.map_or("", |v| v.name.as_str());
+    let path = format!(
+        "/apis/{}/{version}/{}?limit=1",
+        crd.spec.group, crd.spec.names.plural
+    );
+    let begin = tokio::time::Instant::now();
+    loop {
+        if is_established(&crds.get(&name).await?) && client.get_raw(&path).await.is_ok() {
+            return Ok(());
+        }
+        if begin.elapsed() > timeout {
+            return Err(crate::client::Error::Build(format!(
+                "the CRD {name} was not established within {timeout:?}"
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 // === structural schemas ===
 
 /// The structural OpenAPI v3 schema of `T`, as a CRD's `openAPIV3Schema` property (see the

@@ -134,36 +134,6 @@ pub async fn install_crd(
     client: &controller_runtime::client::Client,
     timeout: std::time::Duration,
 ) -> Result<(), controller_runtime::client::Error> {
-    use controller_runtime::client::{Api, Patch, PatchParams};
-    use controller_runtime::runtime::crd::is_established;
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-
-    let crds: Api<CustomResourceDefinition> = Api::cluster(client.clone());
     let crd = api::crd();
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    crds.patch(
-        &name,
-        &PatchParams::apply(reconcile::FIELD_MANAGER).force(),
-        &Patch::Apply(&crd),
-    )
-    .await?;
-    let begin = tokio::time::Instant::now();
-    loop {
-        if is_established(&crds.get(&name).await?) {
-            // Established, but discovery may lag a moment: wait until a list works.
-            let memcacheds: Api<Memcached> = Api::all(client.clone());
-            let listed = memcacheds
-                .list(&controller_runtime::client::ListParams::default().limit(1))
-                .await;
-            if listed.is_ok() {
-                return Ok(());
-            }
-        }
-        if begin.elapsed() > timeout {
-            return Err(controller_runtime::client::Error::Build(format!(
-                "the CRD {name} was not established within {timeout:?}"
-            )));
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    controller_runtime::runtime::crd::install(client, &crd, reconcile::FIELD_MANAGER, timeout).await
 }

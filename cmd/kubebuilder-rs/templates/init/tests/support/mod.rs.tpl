@@ -6,12 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use controller_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use controller_runtime::client::{Api, Client, DeleteParams, PostParams};
 use controller_runtime::config::Config;
-use controller_runtime::runtime::crd::is_established;
+use controller_runtime::runtime::crd;
 use controller_runtime::runtime::{CacheOptions, Manager, ManagerOptions};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// How long a test waits for the cluster to get somewhere before it fails: it bounds a hang,
@@ -127,30 +126,11 @@ pub fn config() -> Config {
 /// Applies every CRD of the project (server-side, so a changed schema updates it) and waits
 /// until the API server serves each kind: what `make install` does.
 pub async fn install_crds(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::cluster(client.clone());
     for crd in {{crate_name}}::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        crds.patch(
-            &name,
-            &PatchParams::apply("{{project_name}}-test").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("installing the CRD {name}: {e}"));
-        let path = format!(
-            "/apis/{}/{}/{}",
-            crd.spec.group, crd.spec.versions[0].name, crd.spec.names.plural
-        );
-        wait_until(&format!("the CRD {name} established"), async || {
-            let established = crds.get(&name).await.map_err(|e| e.to_string())?;
-            if !is_established(&established) {
-                return Err("not established".to_owned());
-            }
-            // Established, and discovery may still lag a moment: wait until a list works.
-            let listed = client.get_raw(&format!("{path}?limit=1")).await;
-            listed.map(|_| ()).map_err(|e| format!("{path}: {e}"))
-        })
-        .await;
+        crd::install(client, &crd, "{{project_name}}-test", CONVERGE)
+            .await
+            .unwrap_or_else(|e| panic!("installing the CRD {name}: {e}"));
     }
 }
 
