@@ -11,7 +11,7 @@
 //     is never turned into a WatchList by client-go, so this is a classic paged LIST.
 //   - informer/{configmaps,pods}[/strip]: a fresh SharedIndexInformer from a
 //     SharedInformerFactory scoped to the namespace, default settings (no resync; WatchList
-//     by default in client-go v0.36: the WatchListClient feature is on since v0.35), timed from
+//     by default in client-go v0.37: the WatchListClient feature is on since v0.35), timed from
 //     factory.Start to the informer's HasSyncedChecker being done. With /strip, SetTransform
 //     clears metadata.managedFields before objects are cached. After the sync, and -settle
 //     later, bytes per object = (HeapAlloc after a runtime.GC, informer running) − (HeapAlloc

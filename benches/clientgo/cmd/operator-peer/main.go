@@ -1,6 +1,6 @@
 // Command operator-peer is the controller-runtime side of `make bench-operator`: the
 // Memcached operator of cmd/memcached-operator written on sigs.k8s.io/controller-runtime
-// v0.24.1, as a kubebuilder project would have it, doing the same work per reconcile as ours
+// v0.25.2, as a kubebuilder project would have it, doing the same work per reconcile as ours
 // (see reconcile.go), so that both can be measured against the same cluster by the same
 // driver (cmd/operator-bench).
 //
