@@ -117,6 +117,7 @@
 
 mod delaying;
 mod metrics;
+mod priority;
 mod queue;
 mod rate_limiter;
 mod rate_limiting;
@@ -129,13 +130,14 @@ mod test_util;
 
 pub use delaying::DelayingQueue;
 pub use metrics::{
-    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, NoopMetric, SettableGaugeMetric,
-    UNFINISHED_WORK_UPDATE_PERIOD,
+    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, NoopMetric,
+    PriorityGaugeMetric, SettableGaugeMetric, UNFINISHED_WORK_UPDATE_PERIOD,
 };
+pub use priority::DEFAULT_AGING_STEP;
 pub use queue::{Queue, QueueConfig};
 pub use rate_limiter::{
     Error as RateLimiterError, ItemExponentialFailure, ItemFastSlow, MaxOf, RateLimiter,
     Result as RateLimiterResult, TokenBucket, WithMaxWait, default_controller_rate_limiter,
     default_item_based_rate_limiter,
 };
-pub use rate_limiting::RateLimitingQueue;
+pub use rate_limiting::{AddOpts, RateLimitingQueue};
