@@ -16,6 +16,7 @@
 //! |---|---|---|---|---|---|
 //! | (absent) | no | no | no | `Queued(seq)` | (ignored) |
 //! | `Queued(seq)` | yes | no | no | (unchanged) | (ignored) |
+//! | `QueuedHeap` | in the priority heap | no | no | (unchanged) | (ignored) |
 //! | `Processing` | no | yes | no | `ProcessingDirty` | (absent) |
 //! | `ProcessingDirty` | no | yes | no | (unchanged) | `Queued` |
 //! | `Waiting(due)` | no | no | yes | `Queued` | (ignored) |
@@ -97,8 +98,11 @@
 //!
 //! Invariants, checked by the model tests:
 //!
-//! * an item is in the FIFO exactly once if its state reads `Queued`, and not at all otherwise —
-//!   so it is never queued twice (the client-go "dirty" set is `Queued ∪ ProcessingDirty`);
+//! * an item is in the FIFO exactly once if its state reads `Queued`, and not at all otherwise
+//!   (entries left behind by an item raised into the priority heap are stale and skipped);
+//!   it is live in the priority heap exactly when its state reads `QueuedHeap` — so it is
+//!   never queued twice (the client-go "dirty" set is `Queued ∪ QueuedHeap ∪
+//!   ProcessingDirty`);
 //! * `processing` counts the states that are handed out — so `get` never hands out an item
 //!   that is handed out already, and `done` re-queues a dirty item exactly once;
 //! * `len()` is the FIFO's length: items being processed, including dirty ones, are not in it;
