@@ -64,17 +64,22 @@ async fn a_live_change_is_reconciled_before_an_initial_list_of_many_objects() {
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
     for i in 0..LISTED {
         configmaps
-            .create(&PostParams::default(), &configmap(&ns, &format!("listed-{i}")))
+            .create(
+                &PostParams::default(),
+                &configmap(&ns, &format!("listed-{i}")),
+            )
             .await
             .unwrap();
     }
     // The namespace's own ConfigMap, so that it is in the list, not a live change.
-    wait_until("kube-root-ca.crt exists", CONVERGE, async || {
-        match configmaps.get_opt("kube-root-ca.crt").await {
+    wait_until(
+        "kube-root-ca.crt exists",
+        CONVERGE,
+        async || match configmaps.get_opt("kube-root-ca.crt").await {
             Ok(Some(_)) => Ok(()),
             other => Err(format!("{other:?}")),
-        }
-    })
+        },
+    )
     .await;
 
     let options = ManagerOptions {
@@ -99,7 +104,8 @@ async fn a_live_change_is_reconciled_before_an_initial_list_of_many_objects() {
     let metrics = manager.metrics_addr().await.unwrap();
     let depth = async |priority: &str| {
         let (_, scrape) = http_get(metrics, "/metrics").await;
-        let series = format!(r#"workqueue_depth{{name="prio",controller="prio",priority="{priority}"}}"#);
+        let series =
+            format!(r#"workqueue_depth{{name="prio",controller="prio",priority="{priority}"}}"#);
         sample(&scrape, &series).map(|value| value.parse::<f64>().unwrap())
     };
 

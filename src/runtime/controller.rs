@@ -801,8 +801,7 @@ where
                         ReconcileResult::RequeueAfter
                     }
                     Next::Requeue => {
-                        self.queue
-                            .add_with(key.clone(), retry.priority(priority));
+                        self.queue.add_with(key.clone(), retry.priority(priority));
                         ReconcileResult::Requeue
                     }
                 }

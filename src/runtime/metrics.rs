@@ -1034,8 +1034,9 @@ mod tests {
                 .metrics_provider(metrics.workqueue("pods")),
         );
         let depth = |priority: &str| {
-            let series =
-                format!(r#"workqueue_depth{{name="pods",controller="pods",priority="{priority}"}}"#);
+            let series = format!(
+                r#"workqueue_depth{{name="pods",controller="pods",priority="{priority}"}}"#
+            );
             sample(&metrics.encode(), &series)
         };
         queue.add_with_priority("a".to_owned(), -100);

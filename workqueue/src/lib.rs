@@ -182,8 +182,8 @@ mod test_util;
 
 pub use delaying::DelayingQueue;
 pub use metrics::{
-    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, NoopMetric,
-    PriorityGaugeMetric, SettableGaugeMetric, UNFINISHED_WORK_UPDATE_PERIOD,
+    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, NoopMetric, PriorityGaugeMetric,
+    SettableGaugeMetric, UNFINISHED_WORK_UPDATE_PERIOD,
 };
 pub use priority::DEFAULT_AGING_STEP;
 pub use queue::{Queue, QueueConfig};

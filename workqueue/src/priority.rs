@@ -144,8 +144,12 @@ pub(crate) enum Moved {
 impl<T> Priorities<T> {
     /// Nanoseconds since the epoch.
     fn now(&self) -> i64 {
-        i64::try_from(Instant::now().saturating_duration_since(self.epoch).as_nanos())
-            .unwrap_or(i64::MAX)
+        i64::try_from(
+            Instant::now()
+                .saturating_duration_since(self.epoch)
+                .as_nanos(),
+        )
+        .unwrap_or(i64::MAX)
     }
 
     /// Records the stamp of a push to the FIFO.
@@ -267,7 +271,9 @@ impl<T: Eq + Hash + Clone> Priorities<T> {
 
     /// Takes the pending priority of an item that is about to be queued.
     pub(crate) fn take_pending(&mut self, item: &T) -> i32 {
-        self.pending.remove(item).map_or(0, |pending| pending.priority)
+        self.pending
+            .remove(item)
+            .map_or(0, |pending| pending.priority)
     }
 
     /// Sets the priority (not 0) an item that is neither queued nor pending will be queued
@@ -348,11 +354,8 @@ impl<T: Eq + Hash + Clone> Priorities<T> {
     fn sweep_if_needed(&mut self) {
         if self.heap.len() > MIN_SWEEP_LEN && self.heap.len() > 2 * self.live {
             let pending = &self.pending;
-            self.heap.retain(|entry| {
-                pending
-                    .get(&entry.item)
-                    .is_some_and(|p| p.seq == entry.seq)
-            });
+            self.heap
+                .retain(|entry| pending.get(&entry.item).is_some_and(|p| p.seq == entry.seq));
         }
     }
 }
@@ -447,7 +450,11 @@ mod tests {
         queue.add("a");
         queue.add("b");
         queue.add_with_priority("b", 1);
-        assert_eq!(queue.len(), 2, "the entry b left in the FIFO is not counted");
+        assert_eq!(
+            queue.len(),
+            2,
+            "the entry b left in the FIFO is not counted"
+        );
         assert_eq!(drain(&queue).await, [("b", 1), ("a", 0)]);
         assert!(queue.is_empty());
     }
@@ -486,10 +493,7 @@ mod tests {
         queue.add("now");
         advance(SEC).await;
         assert_eq!(queue.pending_delayed(), 0);
-        assert_eq!(
-            drain(&queue).await,
-            [("late", 7), ("now", 0), ("low", 0)]
-        );
+        assert_eq!(drain(&queue).await, [("late", 7), ("now", 0), ("low", 0)]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -645,8 +649,20 @@ mod tests {
                 queue.add_with_priority(item, -100 + round);
             }
         }
-        let heap = queue.shared.state.lock().fifo.prio.as_ref().unwrap().heap.len();
-        assert!(heap <= 2 * 100 + MIN_SWEEP_LEN, "{heap} entries for 100 items");
+        let heap = queue
+            .shared
+            .state
+            .lock()
+            .fifo
+            .prio
+            .as_ref()
+            .unwrap()
+            .heap
+            .len();
+        assert!(
+            heap <= 2 * 100 + MIN_SWEEP_LEN,
+            "{heap} entries for 100 items"
+        );
         assert_eq!(queue.len(), 100);
         let out = drain(&queue).await;
         assert_eq!(out.len(), 100);

@@ -714,10 +714,7 @@ impl<T: Eq + Hash + Clone + Send> State<T> {
                     state @ ItemState::ProcessingWaiting(_) => {
                         self.delayed.cancel_one();
                         self.fifo.raise(key, state, priority);
-                        (
-                            ItemState::ProcessingDirty,
-                            self.fifo.pending_priority(key),
-                        )
+                        (ItemState::ProcessingDirty, self.fifo.pending_priority(key))
                     }
                 };
                 occupied.insert(next.pack());

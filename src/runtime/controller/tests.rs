@@ -328,13 +328,15 @@ fn object_refs_make_queue_keys() {
 
 // === priorities ===
 
+/// The `for` kind's map: an object to its own key.
+fn own_key(obj: &Raw<ConfigMap>, out: &mut dyn FnMut(Key)) {
+    out(informer::key_of(obj));
+}
+
+type Handler = Enqueue<ConfigMap, fn(&Raw<ConfigMap>, &mut dyn FnMut(Key))>;
+
 /// A handler for the `for` kind over a queue, as `complete` wires it.
-fn handler(
-    priorities: bool,
-) -> (
-    Queue,
-    Enqueue<ConfigMap, impl Fn(&Raw<ConfigMap>, &mut dyn FnMut(Key))>,
-) {
+fn handler(priorities: bool) -> (Queue, Handler) {
     let queue = RateLimitingQueue::new(default_controller_rate_limiter());
     let handler = Enqueue {
         target: Target {
@@ -344,7 +346,7 @@ fn handler(
         },
         predicate: None,
         both_on_update: false,
-        map: |obj: &Raw<ConfigMap>, out: &mut dyn FnMut(Key)| out(informer::key_of(obj)),
+        map: own_key as fn(&Raw<ConfigMap>, &mut dyn FnMut(Key)),
         _kind: std::marker::PhantomData,
     };
     (queue, handler)
@@ -426,7 +428,10 @@ async fn a_requeue_keeps_the_priority_unless_the_action_sets_one() {
     let (workers, _) = workers(&script, 1);
     let key: Key = "ns/a".into();
     let cases = [
-        (Answer::Ok(Action::requeue_after(Duration::from_secs(1))), LOW_PRIORITY),
+        (
+            Answer::Ok(Action::requeue_after(Duration::from_secs(1))),
+            LOW_PRIORITY,
+        ),
         (
             Answer::Ok(Action::requeue_after(Duration::from_secs(1)).priority(7)),
             7,
