@@ -144,7 +144,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> RateLimitingQueue<T> {
                 delay = limited;
             }
         }
-        if delay.is_zero() && !opts.rate_limited && opts.after.is_zero() {
+        if delay.is_zero() && !opts.rate_limited {
             self.queue.add_with_priority(item, opts.priority);
         } else {
             self.queue
