@@ -59,11 +59,11 @@ const MIN_SWEEP_LEN: usize = 64;
 
 /// The priority side of a queue; created by the first add with a priority other than 0.
 pub(crate) struct Priorities<T> {
-    /// The queue's epoch, to read the clock in nanoseconds.
+    /// Zero of this side's clock, when it was created: ranks are nanoseconds since.
     epoch: Instant,
     /// Nanoseconds per priority level.
     step: i64,
-    /// When this was created: the rank of FIFO items pushed before.
+    /// The rank of FIFO items pushed before this side was created: 0, its creation.
     since: i64,
     /// The first FIFO push number that has a stamp.
     first_stamped: u64,
@@ -171,10 +171,10 @@ impl<T> Priorities<T> {
 
 impl<T: Eq + Hash + Clone> Priorities<T> {
     /// An empty priority side; `next_push` is the FIFO's next push number.
-    pub(crate) fn new(epoch: Instant, step: Duration, next_push: u64) -> Self {
-        let mut this = Self {
-            epoch,
-            step: i64::try_from(step.as_nanos()).unwrap_or(i64::MAX),
+    pub(crate) fn new(step_nanos: u64, next_push: u64) -> Self {
+        Self {
+            epoch: Instant::now(),
+            step: i64::try_from(step_nanos).unwrap_or(i64::MAX),
             since: 0,
             first_stamped: next_push,
             stamps: VecDeque::new(),
@@ -183,9 +183,7 @@ impl<T: Eq + Hash + Clone> Priorities<T> {
             next_seq: 0,
             live: 0,
             stale_fifo: HashSet::default(),
-        };
-        this.since = this.now();
-        this
+        }
     }
 
     /// The rank of the FIFO item pushed as `seq`, the FIFO having popped `popped`.

@@ -260,20 +260,18 @@ pub(crate) struct Fifo<T> {
     popped: u64,
     /// The priority side; `None` until an add with a priority other than 0.
     pub(crate) prio: Option<Box<Priorities<T>>>,
-    /// The queue's epoch and aging step, to build `prio`.
-    epoch: Instant,
-    aging_step: Duration,
+    /// The aging step in nanoseconds, to build `prio`.
+    aging_step: u64,
 }
 
 impl<T> Fifo<T> {
     /// An empty FIFO; `aging_step` is how fast prioritised items age.
-    pub(crate) fn new(epoch: Instant, aging_step: Duration) -> Self {
+    pub(crate) fn new(aging_step: Duration) -> Self {
         Self {
             items: VecDeque::new(),
             popped: 0,
             prio: None,
-            epoch,
-            aging_step,
+            aging_step: u64::try_from(aging_step.as_nanos()).unwrap_or(u64::MAX),
         }
     }
 
@@ -325,9 +323,9 @@ impl<T: Eq + Hash + Clone> Fifo<T> {
     /// than 0.
     pub(crate) fn prio(&mut self) -> &mut Priorities<T> {
         let next_push = self.popped + self.items.len() as u64;
-        self.prio.get_or_insert_with(|| {
-            Box::new(Priorities::new(self.epoch, self.aging_step, next_push))
-        })
+        let step = self.aging_step;
+        self.prio
+            .get_or_insert_with(|| Box::new(Priorities::new(step, next_push)))
     }
 
     /// Queues `item` with `priority`; returns its new state.
@@ -397,6 +395,7 @@ impl<T: Eq + Hash + Clone> Fifo<T> {
     /// An item in `state` is added again with `priority`: raises it if that is higher.
     /// Returns its old priority and its new state if it was raised. Not for `Processing`,
     /// which the add makes dirty.
+    #[inline]
     pub(crate) fn raise(
         &mut self,
         item: &T,
@@ -404,8 +403,19 @@ impl<T: Eq + Hash + Clone> Fifo<T> {
         priority: i32,
     ) -> Option<(i32, ItemState)> {
         if self.prio.is_none() && priority <= 0 {
-            return None;
+            return None; // every known item is at 0
         }
+        self.raise_prioritised(item, state, priority)
+    }
+
+    /// [`raise`](Self::raise) on a queue with priorities.
+    #[inline(never)]
+    fn raise_prioritised(
+        &mut self,
+        item: &T,
+        state: ItemState,
+        priority: i32,
+    ) -> Option<(i32, ItemState)> {
         match state {
             ItemState::Queued(seq) => {
                 if priority <= 0 {
@@ -439,11 +449,10 @@ impl<T: Send> Shared<T> {
     /// An empty queue's state, its clock starting now; prioritised items rise one level per
     /// `aging_step`.
     pub(crate) fn new(metrics: Option<QueueMetrics<T>>, aging_step: Duration) -> Self {
-        let epoch = Instant::now();
         Self {
             state: Mutex::new(State {
                 items: HashMap::default(),
-                fifo: Fifo::new(epoch, aging_step),
+                fifo: Fifo::new(aging_step),
                 processing: 0,
                 delayed: DelayHeap::default(),
                 waiters: Waiters::default(),
@@ -452,7 +461,7 @@ impl<T: Send> Shared<T> {
                 metrics,
             }),
             drained: Notify::new(),
-            epoch,
+            epoch: Instant::now(),
             counters: PopCounters::default(),
         }
     }
