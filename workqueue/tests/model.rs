@@ -489,10 +489,15 @@ fn add_randomly(queue: &DelayingQueue<u8>, log: &Mutex<Log>, rng: &mut Rng, item
     };
     // Log first: the add happens after this step.
     log.lock().record_add(item, delay);
+    // A third of the adds carry a priority: the heap and its raises race too.
+    let priority = match rng.below(3) {
+        0 => i32::try_from(rng.below(5)).unwrap() - 2,
+        _ => 0,
+    };
     if delay.is_zero() && rng.below(2) == 0 {
-        queue.add(item);
+        queue.add_with_priority(item, priority);
     } else {
-        queue.add_after(item, delay);
+        queue.add_after_with_priority(item, delay, priority);
     }
 }
 
