@@ -785,27 +785,28 @@ where
         let elapsed = started.elapsed();
         let _entered = span.enter();
         // A requeue keeps the priority unless the action sets one.
-        let retry = AddOpts::new().priority(priority).rate_limited();
+        let requeue_at = match &outcome {
+            Ok(Ok(action)) => action.priority.unwrap_or(priority),
+            _ => priority,
+        };
+        let retry = AddOpts::new().priority(requeue_at).rate_limited();
         let result = match outcome {
-            Ok(Ok(action)) => {
-                let priority = action.priority.unwrap_or(priority);
-                match action.next {
-                    Next::Done => {
-                        self.queue.forget(key);
-                        ReconcileResult::Success
-                    }
-                    Next::RequeueAfter(delay) => {
-                        self.queue.forget(key);
-                        let opts = AddOpts::new().priority(priority).after(delay);
-                        self.queue.add_with(key.clone(), opts);
-                        ReconcileResult::RequeueAfter
-                    }
-                    Next::Requeue => {
-                        self.queue.add_with(key.clone(), retry.priority(priority));
-                        ReconcileResult::Requeue
-                    }
+            Ok(Ok(action)) => match action.next {
+                Next::Done => {
+                    self.queue.forget(key);
+                    ReconcileResult::Success
                 }
-            }
+                Next::RequeueAfter(delay) => {
+                    self.queue.forget(key);
+                    let after = AddOpts::new().priority(requeue_at).after(delay);
+                    self.queue.add_with(key.clone(), after);
+                    ReconcileResult::RequeueAfter
+                }
+                Next::Requeue => {
+                    self.queue.add_with(key.clone(), retry);
+                    ReconcileResult::Requeue
+                }
+            },
             Ok(Err(error)) => {
                 self.metrics.error();
                 if error.is_terminal() {

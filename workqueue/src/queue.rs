@@ -100,7 +100,8 @@ impl fmt::Debug for QueueConfig {
     }
 }
 
-/// A fair, deduplicating work queue (client-go's `workqueue.Typed[T]`).
+/// A fair, deduplicating work queue (client-go's `workqueue.Typed[T]`), with priorities
+/// that age (controller-runtime's priority queue, without its starvation).
 ///
 /// `Queue` is a handle: clones share one queue, so give each producer and worker its own
 /// clone. The contract (fair, stingy, shutdown) is in the [crate docs](crate).
@@ -213,7 +214,9 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
 
     /// Waits for an item and hands it out; `None` once the queue is shut down and empty.
     ///
-    /// Items come out in FIFO order. The item is now *being processed*: no other `get`
+    /// Items come out in FIFO order (with priorities: highest first, FIFO within a priority,
+    /// waiting items aging upward; see [priorities](crate#priorities)). The item is now
+    /// *being processed*: no other `get`
     /// returns it until you call [`done`](Self::done) with it, which you must do exactly once
     /// for every item you get, whether processing succeeded or not — otherwise the item is
     /// never handed out again and [`shut_down_with_drain`](Self::shut_down_with_drain) never
