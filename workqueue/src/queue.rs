@@ -216,11 +216,10 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     ///
     /// Items come out in FIFO order (with priorities: highest first, FIFO within a priority,
     /// waiting items aging upward; see [priorities](crate#priorities)). The item is now
-    /// *being processed*: no other `get`
-    /// returns it until you call [`done`](Self::done) with it, which you must do exactly once
-    /// for every item you get, whether processing succeeded or not — otherwise the item is
-    /// never handed out again and [`shut_down_with_drain`](Self::shut_down_with_drain) never
-    /// returns.
+    /// *being processed*: no other `get` returns it until you call [`done`](Self::done) with
+    /// it, which you must do exactly once for every item you get, whether processing
+    /// succeeded or not — otherwise the item is never handed out again and
+    /// [`shut_down_with_drain`](Self::shut_down_with_drain) never returns.
     ///
     /// After [`shut_down`](Self::shut_down), items still in the queue keep being returned;
     /// `None` comes only when none is left, so workers can simply loop on
