@@ -15,8 +15,8 @@
 //! | state | in FIFO | handed out | delayed entry | `add` moves it to | `done` moves it to |
 //! |---|---|---|---|---|---|
 //! | (absent) | no | no | no | `Queued(seq)` | (ignored) |
-//! | `Queued(seq)` | yes | no | no | (unchanged) | (ignored) |
-//! | `QueuedHeap` | in the priority heap | no | no | (unchanged) | (ignored) |
+//! | `Queued(seq)` | yes | no | no | (unchanged; `QueuedHeap` if raised above 0) | (ignored) |
+//! | `QueuedHeap` | in the priority heap | no | no | (unchanged; `Queued` if raised to 0 early) | (ignored) |
 //! | `Processing` | no | yes | no | `ProcessingDirty` | (absent) |
 //! | `ProcessingDirty` | no | yes | no | (unchanged) | `Queued` |
 //! | `Waiting(due)` | no | no | yes | `Queued` | (ignored) |
