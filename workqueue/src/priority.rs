@@ -3,7 +3,7 @@
 //! # Implementation Details
 //!
 //! **One number orders everything.** An item queued at time `t` (nanoseconds since the
-//! queue's epoch) with priority `p` gets the *rank* `v = t − p × step`, and `get` hands out
+//! priority side was created) with priority `p` gets the *rank* `v = t − p × step`, and `get` hands out
 //! the smallest rank first. Read `(now − v) / step` as the item's *effective priority*: it
 //! starts at `p` and rises by one level per `step` waited. Because every waiting item rises
 //! at the same rate, `now` cancels out of every comparison, so the order of two waiting
@@ -22,7 +22,7 @@
 //!
 //! **Stamps.** From the first add with another priority on, every push to the FIFO records
 //! its time in `stamps`. Items that were in the FIFO before count as queued at that moment
-//! (`since`): until then nothing could be handed out ahead of them anyway, and the error can
+//! (time 0): until then nothing could be handed out ahead of them anyway, and the error can
 //! only favour an item of higher priority queued later.
 //!
 //! **Raising.** A re-add with a higher priority gives the item the smaller of its rank and
@@ -63,8 +63,6 @@ pub(crate) struct Priorities<T> {
     epoch: Instant,
     /// Nanoseconds per priority level.
     step: i64,
-    /// The rank of FIFO items pushed before this side was created: 0, its creation.
-    since: i64,
     /// The first FIFO push number that has a stamp.
     first_stamped: u64,
     /// The ranks of the FIFO's items from `max(popped, first_stamped)` on, in FIFO order.
@@ -175,7 +173,6 @@ impl<T: Eq + Hash + Clone> Priorities<T> {
         Self {
             epoch: Instant::now(),
             step: i64::try_from(step_nanos).unwrap_or(i64::MAX),
-            since: 0,
             first_stamped: next_push,
             stamps: VecDeque::new(),
             heap: BinaryHeap::new(),
@@ -189,13 +186,13 @@ impl<T: Eq + Hash + Clone> Priorities<T> {
     /// The rank of the FIFO item pushed as `seq`, the FIFO having popped `popped`.
     fn fifo_rank(&self, seq: u64, popped: u64) -> i64 {
         if seq < self.first_stamped {
-            return self.since;
+            return 0; // queued before this side was created: count from its creation
         }
         let index = seq - popped.max(self.first_stamped);
         self.stamps
             .get(usize::try_from(index).unwrap_or(usize::MAX))
             .copied()
-            .unwrap_or(self.since)
+            .unwrap_or(0)
     }
 
     /// The FIFO popped its entry `seq`: drop its stamp; `true` if the entry was stale.
