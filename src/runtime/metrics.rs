@@ -12,7 +12,8 @@
 //! | `controller_runtime_reconcile_time_seconds` | histogram | `controller` | [`ControllerMetrics::reconciled`] |
 //! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` | [`Metrics::controller`] |
 //! | `controller_runtime_active_workers` | gauge | `controller` | [`ControllerMetrics::worker_started`] / [`worker_stopped`](ControllerMetrics::worker_stopped) |
-//! | `workqueue_depth`, `workqueue_adds_total`, `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`, `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds`, `workqueue_retries_total` | as client-go | `name`, `controller` | the queue, through [`Metrics::workqueue`] |
+//! | `workqueue_depth` | as client-go, per priority (controller-runtime's priority queue) | `name`, `controller`, `priority` (after 25 distinct priorities: `exceeded_cardinality_limit`) | the queue, through [`Metrics::workqueue`] |
+//! | `workqueue_adds_total`, `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`, `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds`, `workqueue_retries_total` | as client-go | `name`, `controller` | the queue, through [`Metrics::workqueue`] |
 //! | `rest_client_requests_total` | counter | `code`, `method`, `host` | the client, through [`Metrics::request_observer`] |
 //! | `rest_client_request_duration_seconds` | histogram | `verb`, `host` | the client, through [`Metrics::request_observer`] |
 //! | `leader_election_master_status` | gauge | `name` | [`LeaderStatus::set`] |
@@ -108,6 +109,13 @@ struct QueueLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DepthLabels {
+    name: String,
+    controller: String,
+    priority: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     code: String,
     method: String,
@@ -157,7 +165,7 @@ struct Inner {
 /// The seven workqueue families.
 #[derive(Clone, Debug)]
 struct QueueFamilies {
-    depth: Family<QueueLabels, Gauge>,
+    depth: Family<DepthLabels, Gauge>,
     adds: Family<QueueLabels, Counter>,
     latency: HistogramFamily<QueueLabels>,
     work_duration: HistogramFamily<QueueLabels>,
@@ -547,19 +555,50 @@ impl WorkqueueProvider {
     }
 }
 
-struct QueueGauge(Gauge);
+/// `workqueue_depth` of one queue, a series per priority, as controller-runtime caps them.
+struct QueueDepth {
+    family: Family<DepthLabels, Gauge>,
+    labels: QueueLabels,
+    /// The series seen so far (few: a linear scan beats hashing).
+    series: Mutex<Vec<(i32, Gauge)>>,
+}
+
+impl QueueDepth {
+    /// controller-runtime's `maxRecommendedUniquePriorities`.
+    const MAX_PRIORITIES: usize = 25;
+
+    fn gauge(&self, priority: i32) -> Gauge {
+        let mut series = self.series.lock();
+        if let Some((_, gauge)) = series.iter().find(|(p, _)| *p == priority) {
+            return gauge.clone();
+        }
+        let label = if series.len() < Self::MAX_PRIORITIES {
+            priority.to_string()
+        } else {
+            "exceeded_cardinality_limit".to_owned()
+        };
+        let gauge = self.family.get_or_create_owned(&DepthLabels {
+            name: self.labels.name.clone(),
+            controller: self.labels.controller.clone(),
+            priority: label,
+        });
+        series.push((priority, gauge.clone()));
+        gauge
+    }
+}
+
+impl workqueue::PriorityGaugeMetric for QueueDepth {
+    fn inc(&self, priority: i32) {
+        self.gauge(priority).inc();
+    }
+    fn dec(&self, priority: i32) {
+        self.gauge(priority).dec();
+    }
+}
+
 struct QueueCounter(Counter);
 struct QueueHistogram(Histogram);
 struct QueueSettable(FloatGauge);
-
-impl workqueue::GaugeMetric for QueueGauge {
-    fn inc(&self) {
-        self.0.inc();
-    }
-    fn dec(&self) {
-        self.0.dec();
-    }
-}
 
 impl workqueue::CounterMetric for QueueCounter {
     fn inc(&self) {
@@ -580,9 +619,15 @@ impl workqueue::SettableGaugeMetric for QueueSettable {
 }
 
 impl workqueue::MetricsProvider for WorkqueueProvider {
-    fn new_depth_metric(&self, name: &str) -> Box<dyn workqueue::GaugeMetric> {
-        let f = &self.families;
-        Box::new(QueueGauge(f.depth.get_or_create_owned(&self.labels(name))))
+    fn new_depth_metric_with_priority(
+        &self,
+        name: &str,
+    ) -> Box<dyn workqueue::PriorityGaugeMetric> {
+        Box::new(QueueDepth {
+            family: self.families.depth.clone(),
+            labels: self.labels(name),
+            series: Mutex::new(Vec::new()),
+        })
     }
 
     fn new_adds_metric(&self, name: &str) -> Box<dyn workqueue::CounterMetric> {
@@ -980,6 +1025,35 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn workqueue_depth_has_a_series_per_priority_up_to_25() {
+        let metrics = Metrics::new();
+        let queue: RateLimitingQueue<String> = RateLimitingQueue::with_config(
+            workqueue::default_controller_rate_limiter(),
+            QueueConfig::new()
+                .name("pods")
+                .metrics_provider(metrics.workqueue("pods")),
+        );
+        let depth = |priority: &str| {
+            let series = format!(
+                r#"workqueue_depth{{name="pods",controller="pods",priority="{priority}"}}"#
+            );
+            sample(&metrics.encode(), &series)
+        };
+        queue.add_with_priority("a".to_owned(), -100);
+        queue.add_with_priority("b".to_owned(), -100);
+        queue.add("c".to_owned());
+        assert_eq!((depth("-100"), depth("0")), (Some(2.0), Some(1.0)));
+        queue.add("a".to_owned()); // raised: moves to priority 0
+        assert_eq!((depth("-100"), depth("0")), (Some(1.0), Some(2.0)));
+        for priority in 1..=30 {
+            queue.add_with_priority(format!("p{priority}"), priority);
+        }
+        assert_eq!(depth("23"), Some(1.0));
+        assert_eq!(depth("24"), None, "the 26th priority seen");
+        assert_eq!(depth("exceeded_cardinality_limit"), Some(7.0));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn workqueue_series_move_with_a_real_queue() {
         let metrics = Metrics::new();
         let queue: RateLimitingQueue<String> = RateLimitingQueue::with_config(
@@ -992,11 +1066,9 @@ mod tests {
         queue.add("default/b".to_owned());
         queue.add("default/a".to_owned());
         let labels = r#"{name="memcached",controller="memcached"}"#;
+        let depth = r#"workqueue_depth{name="memcached",controller="memcached",priority="0"}"#;
         let text = metrics.encode();
-        assert_eq!(
-            sample(&text, &format!("workqueue_depth{labels}")),
-            Some(2.0)
-        );
+        assert_eq!(sample(&text, depth), Some(2.0));
         assert_eq!(
             sample(&text, &format!("workqueue_adds_total{labels}")),
             Some(2.0)
@@ -1006,10 +1078,7 @@ mod tests {
         // Paused time: sleeping lets the queue's 500 ms gauge task run as the clock jumps.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let text = metrics.encode();
-        assert_eq!(
-            sample(&text, &format!("workqueue_depth{labels}")),
-            Some(1.0)
-        );
+        assert_eq!(sample(&text, depth), Some(1.0));
         assert_eq!(
             sample(
                 &text,
