@@ -1038,3 +1038,84 @@ async fn dropping_the_run_future_stops_the_informer() {
     let _ = running.task.await;
     assert!(informer.is_stopped());
 }
+
+// === the store's resource-version watermark ===
+
+/// Runs an informer on `fifo` whose pops lag a second each, through a list, a burst of watch
+/// events queued before they pop (a bookmark among them), and a relist. Returns, per pop, its
+/// key and the watermark when the pop began (what the pops before it had earned), then the
+/// watermark at the end.
+async fn watermark_per_pop(fifo: FifoKind) -> Vec<String> {
+    let fake = Fake::default();
+    fake.list(&[("x", "1")], "2");
+    let watch = fake.watch();
+    let mut options = options(Duration::ZERO);
+    (options.fifo, options.pop_delay) = (fifo, SECOND);
+    let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
+    let mut watermark = informer.watch_store_resource_version();
+    assert_eq!(informer.store_resource_version(), 0, "nothing applied yet");
+    let pops = Log::default();
+    let (heard, reader) = (pops.clone(), informer.clone());
+    informer.on_pop(move |pop| {
+        let line = format!("{}@{}", pop.key, reader.store_resource_version());
+        heard.0.lock().push(line);
+    });
+    let running = run(&informer);
+    bounded("the first list", watermark.wait_for(|&rv| rv == 2))
+        .await
+        .unwrap();
+    for event in [
+        WatchEvent::Added(cm("b", "3")),
+        WatchEvent::Added(cm("a", "5")),
+        WatchEvent::Modified(cm("b", "7")),
+        // Not an integer: moves nothing, breaks nothing.
+        WatchEvent::Added(cm("c", "x9")),
+        WatchEvent::Bookmark {
+            resource_version: "9".into(),
+            initial_events_end: false,
+        },
+    ] {
+        watch.send(event);
+    }
+    bounded("the burst", watermark.wait_for(|&rv| rv == 9))
+        .await
+        .unwrap();
+    // The watch breaks; the relist has `d` new and `x` gone.
+    let _second = fake.watch();
+    fake.list(&[("a", "5"), ("b", "7"), ("c", "x9"), ("d", "11")], "12");
+    watch.fail(ErrorKind::Gone);
+    bounded("the relist", watermark.wait_for(|&rv| rv == 12))
+        .await
+        .unwrap();
+    let mut lines = pops.lines();
+    lines.push(format!("end@{}", informer.store_resource_version()));
+    running.stop().await;
+    lines
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_in_order_fifo_the_watermark_follows_each_applied_event() {
+    assert_eq!(
+        watermark_per_pop(FifoKind::InOrder).await,
+        [
+            "ns/x@0", "ns/b@2", "ns/a@3", "ns/b@5", "ns/c@7",
+            // The relist: tombstones first, then the listed objects; the list's version
+            // counts once all of it is applied.
+            "ns/x@9", "ns/a@9", "ns/b@9", "ns/c@9", "ns/d@9", "end@12",
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_delta_fifo_the_watermark_moves_only_when_the_queue_is_drained() {
+    // `b` is popped first with both its deltas (3 and 7) while `a@5` still waits: keys pop in
+    // first-arrival order, so 7 is not safe until `a` is applied, nor even 3 once the queue
+    // holds deltas of unknown order. The watermark waits for the queue to empty.
+    assert_eq!(
+        watermark_per_pop(FifoKind::Delta).await,
+        [
+            "ns/x@0", "ns/b@2", "ns/a@2", "ns/c@2", "ns/a@9", "ns/b@9", "ns/c@9", "ns/d@9",
+            "ns/x@9", "end@12",
+        ]
+    );
+}
