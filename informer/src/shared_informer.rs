@@ -601,26 +601,18 @@ impl<K: Object> SharedIndexInformer<K> {
         let Some((fifo, reflector)) = self.start() else {
             return;
         };
+        let inner = &*self.inner;
         let mut running = Running {
             inner: &self.inner,
             reflector: Some(reflector),
-        };
-        let inner = &*self.inner;
-        let process = async {
-            loop {
-                if !inner.pop_delay.is_zero() {
-                    tokio::time::sleep(inner.pop_delay).await;
-                }
-                if fifo.pop(inner).await.is_err() {
-                    break;
-                }
-            }
+            process: Some(tokio::spawn(process(self.inner.clone(), fifo))),
         };
         {
             let reflector = running.reflector.as_mut().expect("set above");
+            let process = running.process.as_mut().expect("set above");
             tokio::select! {
                 () = shutdown => {}
-                () = process => {}
+                _ = process => {}
                 result = reflector => {
                     tracing::error!(informer = %inner.name, ?result, "the reflector ended on its own: stopping the informer");
                 }
@@ -686,6 +678,21 @@ impl<K: Object> SharedIndexInformer<K> {
         inner.fifo_set.notify_waiters();
         tracing::debug!(informer = %inner.name, resync_check_period = ?check, "informer started");
         Some((fifo, runtime.spawn(reflector)))
+    }
+}
+
+/// The processing loop: pops until the queue is closed and drained. It runs as its own task,
+/// so that however busy it is, `run` sees its shutdown signal at once; and it yields when
+/// its cooperative budget is spent, since a pop with items waiting never awaits.
+async fn process<K: Object>(inner: Arc<Inner<K>>, fifo: Queue<K>) {
+    loop {
+        if !inner.pop_delay.is_zero() {
+            tokio::time::sleep(inner.pop_delay).await;
+        }
+        if fifo.pop(&inner).await.is_err() {
+            break;
+        }
+        tokio::task::consume_budget().await;
     }
 }
 
@@ -847,26 +854,34 @@ impl<K: Object> ReflectorStore<K> for Queue<K> {
     }
 }
 
-/// A started informer; stopping it (explicitly, or by drop) ends the reflector, closes the
-/// FIFO and stops the handlers.
+/// A started informer; stopping it (explicitly, or by drop) ends the reflector and the
+/// processing loop, closes the FIFO and stops the handlers.
 struct Running<'a, K: Object> {
     inner: &'a Arc<Inner<K>>,
     reflector: Option<JoinHandle<()>>,
+    process: Option<JoinHandle<()>>,
 }
 
 impl<K: Object> Running<'_, K> {
+    /// Returns the tasks to await: the handlers' and the processing loop's (which stops at
+    /// its next pop).
     fn stop(&mut self) -> Vec<JoinHandle<()>> {
         if let Some(reflector) = self.reflector.take() {
             reflector.abort();
         }
+        let process = self.process.take().inspect(JoinHandle::abort);
         if let Some(fifo) = self.inner.fifo.get() {
             fifo.close();
         }
         let mut state = self.inner.state.lock();
-        if state.processor.is_stopped() {
-            return Vec::new();
-        }
-        state.processor.stop()
+        let mut tasks = if state.processor.is_stopped() {
+            Vec::new()
+        } else {
+            state.processor.stop()
+        };
+        drop(state);
+        tasks.extend(process);
+        tasks
     }
 }
 

@@ -1119,3 +1119,97 @@ async fn with_the_delta_fifo_the_watermark_moves_only_when_the_queue_is_drained(
         ]
     );
 }
+
+/// Threads that keep adding handlers (resynced every second) and removing one of theirs
+/// until the informer refuses one, as client-go's `TestSharedInformerHandlerAbuse` does;
+/// each returns how many registrations it made.
+fn churn_handlers(
+    informer: &Arc<SharedIndexInformer<ConfigMap>>,
+    threads: usize,
+    added: &Arc<AtomicUsize>,
+) -> Vec<std::thread::JoinHandle<usize>> {
+    (0..threads)
+        .map(|seed| {
+            let (informer, added) = (informer.clone(), added.clone());
+            std::thread::spawn(move || {
+                let mut registrations = Vec::new();
+                // A small xorshift: which step to take, and which handler to remove.
+                let mut x = (seed as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut made = 0;
+                loop {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if x % 2 == 1 && !registrations.is_empty() {
+                        let at = (x / 2) as usize % registrations.len();
+                        informer.remove_event_handler(&registrations.swap_remove(at));
+                        continue;
+                    }
+                    match informer.add_event_handler_with_resync(Tracked(Arc::default()), SECOND) {
+                        Ok(registration) => {
+                            made += 1;
+                            added.fetch_add(1, Ordering::SeqCst);
+                            registrations.push(registration);
+                        }
+                        Err(error) => {
+                            assert_eq!(error, InformerError::Stopped);
+                            assert_eq!(error.to_string(), "informer has stopped already");
+                            return made;
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_while_threads_add_and_remove_handlers_returns_and_refuses_them() {
+    let fake = Fake::default();
+    let objects: Vec<(String, String)> = (0..50)
+        .map(|i| (format!("cm{i}"), "1".to_owned()))
+        .collect();
+    let objects: Vec<(&str, &str)> = objects
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    fake.list(&objects, "1");
+    let watch = fake.watch();
+    let informer = informer(&fake, SECOND);
+    let running = run(&informer);
+    bounded("the first list", informer.wait_synced()).await;
+    let added = Arc::new(AtomicUsize::new(0));
+    let threads = churn_handlers(&informer, 64, &added);
+    // Events keep flowing while handlers come and go.
+    for i in 0..10_000 {
+        let name = format!("cm{}", i % 50);
+        let version = format!("{}", i + 2);
+        watch.send(match i % 3 {
+            0 => WatchEvent::Modified(cm(&name, &version)),
+            1 => WatchEvent::Deleted(cm(&name, &version)),
+            _ => WatchEvent::Added(cm(&name, &version)),
+        });
+        if i % 100 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    // Stop only once the churn is well under way, with a backlog still queued.
+    bounded("handlers to pile up", async {
+        while added.load(Ordering::SeqCst) < 10_000 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    bounded("run to return while handlers churn", running.stop()).await;
+    assert!(informer.is_stopped());
+    let made = tokio::task::spawn_blocking(move || {
+        threads
+            .into_iter()
+            .map(|thread| thread.join().expect("no thread panicked"))
+            .sum::<usize>()
+    })
+    .await
+    .unwrap();
+    assert_eq!(made, added.load(Ordering::SeqCst));
+    assert!(made > 0, "handlers were added while the informer ran");
+}
