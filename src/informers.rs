@@ -233,7 +233,7 @@ impl InformerFactory {
             resync: Duration::ZERO,
             watch_list: true,
             backoff: BackoffOptions::default(),
-            fifo: FifoKind::Delta,
+            fifo: FifoKind::default(),
             selectors: HashMap::new(),
             state: Mutex::default(),
             running: Arc::new(watch::Sender::new(0)),
@@ -268,8 +268,8 @@ impl InformerFactory {
         self
     }
 
-    /// The queue of the informers made from now on: the DeltaFIFO (the default) or the
-    /// in-order RealFIFO; see [`InformerOptions::fifo`].
+    /// The queue of the informers made from now on: the in-order RealFIFO (the default, as
+    /// client-go 1.36 runs its informers) or the DeltaFIFO; see [`InformerOptions::fifo`].
     pub fn fifo(mut self, kind: FifoKind) -> Self {
         self.fifo = kind;
         self

@@ -1,13 +1,16 @@
-//! The [`SharedIndexInformer`]: a reflector, a DeltaFIFO and an indexer wired together, with
+//! The [`SharedIndexInformer`]: a reflector, a queue and an indexer wired together, with
 //! any number of event handlers sharing the one cache (client-go's `sharedIndexInformer`).
 //!
 //! # Implementation Details
 //!
-//! [`run`](SharedIndexInformer::run) builds the queue — the DeltaFIFO, or with
-//! [`FifoKind::InOrder`] the [`RealFifo`]; its known objects are the indexer, it emits
-//! `Replaced`, and it holds the transform — spawns the reflector on it, and pops in a loop.
-//! Each pop applies its deltas (one key's, or with the RealFIFO a single one) to the indexer
-//! and hands out notifications (client-go's `processDeltas`), oldest delta first:
+//! [`run`](SharedIndexInformer::run) builds the queue — the in-order [`RealFifo`], or with
+//! [`FifoKind::Delta`] the [`DeltaFifo`] (whose known objects are the indexer, emitting
+//! `Replaced`); either holds the transform — spawns the reflector on it, and spawns the
+//! processing task, which pops in a loop. Each pop applies its deltas to the indexer and
+//! hands out notifications (client-go's `processDeltas`), oldest delta first: one event
+//! from the RealFIFO, or a relist as a tombstone `Deleted` per cached key it lacks and a
+//! `Replaced` per listed object, or a resync as a `Sync` per cached object; one key's deltas
+//! from the DeltaFIFO.
 //!
 //! | delta | indexer | notification |
 //! |---|---|---|
@@ -16,15 +19,21 @@
 //! | same; key cached, same `resourceVersion` | insert | `on_update(old, new)` only to handlers due for resync |
 //! | `Deleted` | remove | `on_delete(object or tombstone)` to every handler |
 //!
-//! All of it runs under the queue's lock (see [`DeltaFifo::pop`]) and under the informer's
-//! state mutex, which adding a handler also takes; the `processor` module says what that
-//! buys. A pop hook ([`on_pop`](SharedIndexInformer::on_pop)) is told each row taken, as a
-//! [`PopAction`] per delta; without one, a pop builds no trace.
+//! All of it runs under the informer's state mutex, which adding a handler also takes; the
+//! `processor` module says what that buys. The DeltaFIFO also holds its own lock meanwhile
+//! (see [`DeltaFifo::pop`]); the RealFIFO does not (see [`RealFifo::pop`]). A pop hook
+//! ([`on_pop`](SharedIndexInformer::on_pop)) is told each row taken, as a [`PopAction`] per
+//! delta, one [`PopTrace`] per key; without one, a pop builds no trace.
+//!
+//! The processing loop is a task of its own, so that `run` notices its shutdown signal
+//! however long the queue is: a pop with items waiting never awaits, and the loop yields
+//! only when its cooperative budget is spent.
 //!
 //! The reflector is built when the informer starts, because its resync period — the
 //! informer's *resync check period* — is only final then: a handler registered before the
 //! start with a shorter period lowers it.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::pin::{Pin, pin};
@@ -37,15 +46,17 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::delta_fifo::{
-    Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, KnownObjects, PopError,
-    QueueSnapshot, Transformer,
+    Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, PopError, QueueSnapshot,
+    Transformer,
 };
 use crate::handler::EventHandler;
 use crate::index::{IndexError, Indexers, namespace_indexers};
 use crate::lister::Lister;
 use crate::lister_watcher::{Error as WatchError, ListerWatcher};
+use crate::object::DeletedFinalStateUnknown;
 use crate::object::{Key, Object};
 use crate::processor::{Notification, Processor, Registration};
+use crate::real_fifo::FifoItem;
 use crate::real_fifo::RealFifo;
 use crate::reflector::{LastSync, Reflector, ReflectorOptions, ReflectorStore, Trace};
 use crate::store::Indexer;
@@ -114,12 +125,16 @@ type TraceHook = Arc<dyn Fn(&Trace) + Send + Sync>;
 /// differ for a handler.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FifoKind {
-    /// The [`DeltaFifo`]: a key's deltas popped together, keys in first-come order.
+    /// The [`RealFifo`], the default: every event popped alone, in arrival order, a relist
+    /// applied as one item, handlers notified without the queue's lock held (client-go's
+    /// informers since 1.36, where `InOrderInformers` is GA and `AtomicFIFO` and
+    /// `UnlockWhileProcessingFIFO` are on).
     #[default]
-    Delta,
-    /// The [`RealFifo`]: every delta popped alone, in arrival order (client-go's default
-    /// since `InOrderInformers`).
     InOrder,
+    /// The [`DeltaFifo`]: a key's deltas popped together, keys in first-come order, processed
+    /// under the queue's lock; client-go's informers until 1.32. Kept as the design that
+    /// teaches how an informer compresses a backlog per key, and for comparison.
+    Delta,
 }
 
 /// How a [`SharedIndexInformer`] behaves.
@@ -136,7 +151,7 @@ pub struct InformerOptions {
     /// queue where [`queue_snapshot`](SharedIndexInformer::queue_snapshot) shows them; for
     /// tracing tools. [`Duration::ZERO`] (the default) pops at once.
     pub pop_delay: Duration,
-    /// The queue between the reflector and the cache: the DeltaFIFO by default.
+    /// The queue between the reflector and the cache: the in-order [`RealFifo`] by default.
     pub fifo: FifoKind,
 }
 
@@ -185,7 +200,7 @@ static NEXT_INFORMER: AtomicU64 = AtomicU64::new(0);
 ///
 /// * **One cache, many handlers.** Every handler has its own unbounded buffer and task: a slow
 ///   handler delays neither the others nor the informer. Objects are `Arc<K>`s shared by the
-///   DeltaFIFO, the [`Indexer`] and every handler.
+///   queue, the [`Indexer`] and every handler.
 /// * **Handlers may come late.** One added after [`run`](Self::run) first receives every
 ///   cached object as an add with `is_in_initial_list = true`, then every later change, with
 ///   nothing missed or doubled.
@@ -443,10 +458,12 @@ impl<K: Object> SharedIndexInformer<K> {
     /// each the change to the cache and the notification sent ([`PopTrace`]); for tracing
     /// tools. Replaces the previous hook; before or after the start.
     ///
-    /// The hook runs where the pop runs, under the queue's lock and the informer's state
-    /// mutex: keep it short, and call nothing on the informer but its cache
-    /// ([`get_indexer`](Self::get_indexer)), or it deadlocks. Without a hook, a pop costs
-    /// one more `Option` check.
+    /// The hook runs where the pop runs, under the informer's state mutex (and with the
+    /// DeltaFIFO, its lock): keep it short, and call nothing on the informer but its cache
+    /// ([`get_indexer`](Self::get_indexer)) and its
+    /// [`store_resource_version`](Self::store_resource_version), or it deadlocks. A relist
+    /// popped from the RealFIFO is told as one trace per key. Without a hook, a pop costs one
+    /// more `Option` check.
     pub fn on_pop(&self, hook: impl Fn(&PopTrace<K>) + Send + Sync + 'static) {
         self.inner.state.lock().on_pop = Some(Arc::new(hook));
     }
@@ -636,19 +653,17 @@ impl<K: Object> SharedIndexInformer<K> {
             return None;
         }
         state.processor.start(runtime.clone());
-        let known: Arc<dyn KnownObjects<K>> = Arc::new(inner.indexer.clone());
         let fifo = match inner.fifo_kind {
             FifoKind::Delta => Queue::Delta(
                 DeltaFifo::with_options(DeltaFifoOptions {
-                    known_objects: Some(known),
+                    known_objects: Some(Arc::new(inner.indexer.clone())),
                     emit_delta_type_replaced: true,
                     transformer: state.transform.clone(),
                 })
                 .with_watermark(inner.watermark.clone()),
             ),
             FifoKind::InOrder => Queue::InOrder(
-                RealFifo::new(known, state.transform.clone())
-                    .with_watermark(inner.watermark.clone()),
+                RealFifo::new(state.transform.clone()).with_watermark(inner.watermark.clone()),
             ),
         };
         let check = state.processor.resync_check_period();
@@ -703,11 +718,81 @@ impl<K: Object> Inner<K> {
         self.fifo.get().is_some_and(Queue::has_synced)
     }
 
+    /// Applies one item popped from the in-order queue.
+    fn process_item(&self, item: FifoItem<K>, initial: bool) {
+        match item {
+            FifoItem::Event { key, delta } => self.process(key, [delta], initial),
+            FifoItem::ReplacedAll { objects, .. } => self.replace_all(objects, initial),
+            FifoItem::SyncAll => self.sync_all(),
+        }
+    }
+
+    /// Applies a relist in one step, under the state mutex: a tombstone deletion for every
+    /// cached key the list does not have (in key order), then `Replaced` for every listed
+    /// object. The pop hook hears one pop per key.
+    fn replace_all(&self, objects: Vec<(Key, Arc<K>)>, initial: bool) {
+        let state = self.state.lock();
+        let listed: HashSet<&Key> = objects.iter().map(|(key, _)| key).collect();
+        let mut gone: Vec<Key> = self
+            .indexer
+            .list_keys()
+            .into_iter()
+            .filter(|key| !listed.contains(key))
+            .collect();
+        drop(listed);
+        gone.sort_unstable();
+        for key in gone {
+            let obj = self.indexer.get_by_key(&key);
+            let tombstone = DeletedFinalStateUnknown {
+                key: key.clone(),
+                obj,
+            };
+            let delta = Delta {
+                kind: DeltaType::Deleted,
+                object: DeltaObject::Tombstone(tombstone),
+            };
+            self.process_locked(&state, key, [delta], initial);
+        }
+        for (key, obj) in objects {
+            let delta = Delta {
+                kind: DeltaType::Replaced,
+                object: DeltaObject::Object(obj),
+            };
+            self.process_locked(&state, key, [delta], initial);
+        }
+    }
+
+    /// Re-delivers every cached object as `Sync`, under the state mutex: an update to the
+    /// handlers due for resync.
+    fn sync_all(&self) {
+        let state = self.state.lock();
+        for key in self.indexer.list_keys() {
+            let Some(obj) = self.indexer.get_by_key(&key) else {
+                continue;
+            };
+            let delta = Delta {
+                kind: DeltaType::Sync,
+                object: DeltaObject::Object(obj),
+            };
+            self.process_locked(&state, key, [delta], false);
+        }
+    }
+
     /// Applies one pop's deltas, all of `key`, to the indexer and hands out the
     /// notifications, oldest delta first (client-go's `processDeltas`); tells the pop hook, if
-    /// any. Runs under the queue's lock.
+    /// any. With the DeltaFIFO it runs under the queue's lock.
     fn process(&self, key: Key, deltas: impl IntoIterator<Item = Delta<K>>, initial: bool) {
-        let (state, is_in_initial_list) = (self.state.lock(), initial);
+        self.process_locked(&self.state.lock(), key, deltas, initial);
+    }
+
+    /// [`process`](Self::process) with the state mutex held.
+    fn process_locked(
+        &self,
+        state: &State<K>,
+        key: Key,
+        deltas: impl IntoIterator<Item = Delta<K>>,
+        is_in_initial_list: bool,
+    ) {
         let mut steps = Vec::new();
         for delta in deltas {
             let traced = state.on_pop.is_some().then(|| delta.clone());
@@ -805,7 +890,7 @@ impl<K: Object> Queue<K> {
                     .await
             }
             Queue::InOrder(q) => {
-                q.pop(|key, d, initial| inner.process(key, [d], initial))
+                q.pop(|item, initial| inner.process_item(item, initial))
                     .await
             }
         }

@@ -176,15 +176,39 @@ impl EventHandler<ConfigMap> for Log {
 
 // === helpers ===
 
-fn options(resync: Duration) -> InformerOptions {
+fn options(resync: Duration, fifo: FifoKind) -> InformerOptions {
     let mut options = InformerOptions::named("test");
     options.resync_period = resync;
+    options.fifo = fifo;
     options.reflector.watch_list = false;
     options
 }
 
-fn informer(fake: &Fake, resync: Duration) -> Arc<SharedIndexInformer<ConfigMap>> {
-    Arc::new(SharedIndexInformer::new(fake.clone(), options(resync)))
+fn informer(fake: &Fake, resync: Duration, fifo: FifoKind) -> Arc<SharedIndexInformer<ConfigMap>> {
+    Arc::new(SharedIndexInformer::new(
+        fake.clone(),
+        options(resync, fifo),
+    ))
+}
+
+/// Declares the behaviour test `async fn $name(fifo: FifoKind)` (written below it) as two
+/// tests, `$name::delta` and `$name::in_order`: one per queue, with the given attribute.
+macro_rules! on_both_queues {
+    (#[$attr:meta] $name:ident) => {
+        mod $name {
+            use super::*;
+
+            #[$attr]
+            async fn in_order() {
+                super::$name(FifoKind::InOrder).await;
+            }
+
+            #[$attr]
+            async fn delta() {
+                super::$name(FifoKind::Delta).await;
+            }
+        }
+    };
 }
 
 /// A running informer and the means to stop it.
@@ -234,12 +258,15 @@ async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
 
 // === delivery ===
 
-#[tokio::test(start_paused = true)]
-async fn every_handler_receives_every_notification_in_order() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    every_handler_receives_every_notification_in_order
+);
+async fn every_handler_receives_every_notification_in_order(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let logs: Vec<Log> = (0..3).map(|_| Log::default()).collect();
     let regs: Vec<Registration> = logs
         .iter()
@@ -273,11 +300,14 @@ async fn every_handler_receives_every_notification_in_order() {
     running.stop().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn objects_are_shared_by_the_cache_and_every_handler_never_copied() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    objects_are_shared_by_the_cache_and_every_handler_never_copied
+);
+async fn objects_are_shared_by_the_cache_and_every_handler_never_copied(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1")], "1");
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let seen: Arc<Mutex<Vec<Arc<ConfigMap>>>> = Arc::default();
     for _ in 0..2 {
         let seen = seen.clone();
@@ -321,8 +351,11 @@ fn counter() -> (
     tokio::sync::watch::channel(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_slow_handler_delays_neither_the_other_handlers_nor_the_fifo() {
+on_both_queues!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    a_slow_handler_delays_neither_the_other_handlers_nor_the_fifo
+);
+async fn a_slow_handler_delays_neither_the_other_handlers_nor_the_fifo(fifo: FifoKind) {
     let fake = Fake::default();
     let listed: Vec<(String, String)> = (0..100).map(|i| (format!("l{i}"), "1".into())).collect();
     let listed: Vec<(&str, &str)> = listed
@@ -331,7 +364,7 @@ async fn a_slow_handler_delays_neither_the_other_handlers_nor_the_fifo() {
         .collect();
     fake.list(&listed, "1");
     let watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
 
     let (open_gate, gate) = std::sync::mpsc::channel();
     let (slow_count, mut slow_seen) = counter();
@@ -387,12 +420,15 @@ async fn a_slow_handler_delays_neither_the_other_handlers_nor_the_fifo() {
 
 // === late handlers ===
 
-#[tokio::test(start_paused = true)]
-async fn a_handler_added_late_receives_the_whole_cache_then_later_changes() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    a_handler_added_late_receives_the_whole_cache_then_later_changes
+);
+async fn a_handler_added_late_receives_the_whole_cache_then_later_changes(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1"), ("c", "1")], "1");
     let watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let early = Log::default();
     informer.add_event_handler(early.clone()).unwrap();
     let running = run(&informer);
@@ -435,12 +471,15 @@ async fn a_handler_added_late_receives_the_whole_cache_then_later_changes() {
 
 // === resync ===
 
-#[tokio::test(start_paused = true)]
-async fn periodic_resync_reaches_only_the_handlers_whose_period_is_due() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    periodic_resync_reaches_only_the_handlers_whose_period_is_due
+);
+async fn periodic_resync_reaches_only_the_handlers_whose_period_is_due(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let _watch = fake.watch();
-    let informer = informer(&fake, 10 * SECOND);
+    let informer = informer(&fake, 10 * SECOND, fifo);
     let every10 = Log::default();
     let every30 = Log::default();
     let never = Log::default();
@@ -465,12 +504,15 @@ async fn periodic_resync_reaches_only_the_handlers_whose_period_is_due() {
     running.stop().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_relist_of_unchanged_objects_reaches_only_the_handlers_marked_for_resync() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    a_relist_of_unchanged_objects_reaches_only_the_handlers_marked_for_resync
+);
+async fn a_relist_of_unchanged_objects_reaches_only_the_handlers_marked_for_resync(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let first = fake.watch();
-    let informer = informer(&fake, 10 * SECOND);
+    let informer = informer(&fake, 10 * SECOND, fifo);
     let due = Log::default();
     let not_due = Log::default();
     informer.add_event_handler(due.clone()).unwrap();
@@ -502,12 +544,15 @@ async fn a_relist_of_unchanged_objects_reaches_only_the_handlers_marked_for_resy
     running.stop().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn without_resync_a_relist_of_unchanged_objects_notifies_nobody() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    without_resync_a_relist_of_unchanged_objects_notifies_nobody
+);
+async fn without_resync_a_relist_of_unchanged_objects_notifies_nobody(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let first = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let log = Log::default();
     informer.add_event_handler(log.clone()).unwrap();
     let running = run(&informer);
@@ -524,10 +569,13 @@ async fn without_resync_a_relist_of_unchanged_objects_notifies_nobody() {
     running.stop().await;
 }
 
-#[tokio::test]
-async fn handler_resync_periods_follow_client_go_rules() {
+on_both_queues!(
+    #[tokio::test]
+    handler_resync_periods_follow_client_go_rules
+);
+async fn handler_resync_periods_follow_client_go_rules(fifo: FifoKind) {
     let fake = Fake::default();
-    let informer = informer(&fake, 30 * SECOND);
+    let informer = informer(&fake, 30 * SECOND, fifo);
     let default = informer.add_event_handler(Log::default()).unwrap();
     assert_eq!(default.resync_period(), 30 * SECOND);
 
@@ -546,7 +594,7 @@ async fn handler_resync_periods_follow_client_go_rules() {
     assert_eq!(informer.resync_check_period(), SECOND);
 
     // After the start, the check period is fixed: a shorter period is raised to it.
-    let informer = self::informer(&fake, 30 * SECOND);
+    let informer = self::informer(&fake, 30 * SECOND, fifo);
     let running = run(&informer);
     settle().await;
     let late = informer
@@ -556,7 +604,7 @@ async fn handler_resync_periods_follow_client_go_rules() {
     assert_eq!(informer.resync_check_period(), 30 * SECOND);
 
     // An informer that never resyncs ignores what handlers ask.
-    let never = self::informer(&fake, Duration::ZERO);
+    let never = self::informer(&fake, Duration::ZERO, fifo);
     let asked = never
         .add_event_handler_with_resync(Log::default(), 10 * SECOND)
         .unwrap();
@@ -567,10 +615,13 @@ async fn handler_resync_periods_follow_client_go_rules() {
 
 // === has_synced ===
 
-#[tokio::test(start_paused = true)]
-async fn has_synced_waits_for_the_first_list_to_be_processed() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    has_synced_waits_for_the_first_list_to_be_processed
+);
+async fn has_synced_waits_for_the_first_list_to_be_processed(fifo: FifoKind) {
     let fake = Fake::default();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let reg = informer.add_event_handler(Log::default()).unwrap();
     assert!(!informer.has_synced(), "not before run");
     assert!(!reg.has_synced());
@@ -587,12 +638,15 @@ async fn has_synced_waits_for_the_first_list_to_be_processed() {
     running.stop().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_empty_first_list_syncs_at_once() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    an_empty_first_list_syncs_at_once
+);
+async fn an_empty_first_list_syncs_at_once(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[], "7");
     let _watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let reg = informer.add_event_handler(Log::default()).unwrap();
     let running = run(&informer);
     settle().await;
@@ -604,12 +658,15 @@ async fn an_empty_first_list_syncs_at_once() {
 
 // === transform ===
 
-#[tokio::test(start_paused = true)]
-async fn the_transform_runs_once_per_object_before_it_is_cached_and_handed_out() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    the_transform_runs_once_per_object_before_it_is_cached_and_handed_out
+);
+async fn the_transform_runs_once_per_object_before_it_is_cached_and_handed_out(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
     informer
@@ -658,12 +715,15 @@ async fn the_transform_runs_once_per_object_before_it_is_cached_and_handed_out()
 
 // === watch errors ===
 
-#[tokio::test(start_paused = true)]
-async fn the_watch_error_handler_hears_a_refused_watch_and_the_informer_recovers() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    the_watch_error_handler_hears_a_refused_watch_and_the_informer_recovers
+);
+async fn the_watch_error_handler_hears_a_refused_watch_and_the_informer_recovers(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1")], "1");
     fake.refuse_watch(ErrorKind::Other);
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let errors: Arc<Mutex<Vec<(ErrorKind, String)>>> = Arc::default();
     let e = errors.clone();
     informer
@@ -693,12 +753,15 @@ async fn the_watch_error_handler_hears_a_refused_watch_and_the_informer_recovers
 
 // === removal ===
 
-#[tokio::test(start_paused = true)]
-async fn a_removed_handler_receives_nothing_more_and_removal_is_idempotent() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    a_removed_handler_receives_nothing_more_and_removal_is_idempotent
+);
+async fn a_removed_handler_receives_nothing_more_and_removal_is_idempotent(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1")], "1");
     let watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let removed = Log::default();
     let kept = Log::default();
     let reg = informer.add_event_handler(removed.clone()).unwrap();
@@ -710,7 +773,7 @@ async fn a_removed_handler_receives_nothing_more_and_removal_is_idempotent() {
     assert!(reg.is_stopped());
     informer.remove_event_handler(&reg);
     // A registration from another informer is not this informer's business.
-    let other = self::informer(&Fake::default(), Duration::ZERO);
+    let other = self::informer(&Fake::default(), Duration::ZERO, fifo);
     let foreign = other.add_event_handler(Log::default()).unwrap();
     informer.remove_event_handler(&foreign);
     assert!(!foreign.is_stopped());
@@ -724,12 +787,15 @@ async fn a_removed_handler_receives_nothing_more_and_removal_is_idempotent() {
 
 // === panics ===
 
-#[tokio::test(start_paused = true)]
-async fn a_panicking_handler_is_isolated_and_goes_on_with_the_next_notification() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    a_panicking_handler_is_isolated_and_goes_on_with_the_next_notification
+);
+async fn a_panicking_handler_is_isolated_and_goes_on_with_the_next_notification(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("boom", "1"), ("c", "1")], "1");
     let watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let survivor = Log::default();
     let s = survivor.clone();
     let panicky = informer
@@ -782,7 +848,7 @@ async fn a_deletion_missed_while_disconnected_arrives_as_a_tombstone_after_the_r
 async fn tombstone_after_relist(watch_list: bool, fifo: FifoKind) {
     let fake = Fake::default();
     let first = fake.watch();
-    let mut options = options(Duration::ZERO);
+    let mut options = options(Duration::ZERO, fifo);
     options.reflector.watch_list = watch_list;
     options.fifo = fifo;
     let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
@@ -848,7 +914,7 @@ async fn heard_while_behind(fifo: FifoKind) -> Vec<String> {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let watch = fake.watch();
-    let mut options = options(Duration::ZERO);
+    let mut options = options(Duration::ZERO, fifo);
     (options.fifo, options.pop_delay) = (fifo, SECOND);
     let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
     let log = Log::default();
@@ -896,12 +962,15 @@ async fn both_queues_deliver_every_change_the_delta_fifo_by_key_the_real_fifo_as
 
 // === the pop hook ===
 
-#[tokio::test(start_paused = true)]
-async fn the_pop_hook_sees_each_pop_and_what_the_informer_did_in_order() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    the_pop_hook_sees_each_pop_and_what_the_informer_did_in_order
+);
+async fn the_pop_hook_sees_each_pop_and_what_the_informer_did_in_order(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let first = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     informer.add_event_handler(Log::default()).unwrap();
     let pops = Log::default();
     let (heard, cache) = (pops.clone(), informer.get_indexer().clone());
@@ -953,18 +1022,20 @@ async fn the_pop_hook_sees_each_pop_and_what_the_informer_did_in_order() {
     first.fail(ErrorKind::Gone);
     pass(5 * SECOND).await;
 
-    assert_eq!(
-        pops.lines(),
-        [
-            "ns/a (initial): Replaced@1 → Add to 1; cache 1",
-            "ns/b (initial): Replaced@1 → Add to 1; cache 2",
-            "ns/c: Added@2 → Add to 1; cache 3",
-            "ns/c: Updated@3 → Update to 1; cache 3",
-            "ns/c: Deleted@4 → Delete to 1; cache 2",
-            "ns/a: Replaced@1 → Resync to 0; cache 2",
-            "ns/b: Deleted@1 (tombstone) → Delete to 1; cache 1",
-        ]
-    );
+    let mut expected = vec![
+        "ns/a (initial): Replaced@1 → Add to 1; cache 1",
+        "ns/b (initial): Replaced@1 → Add to 1; cache 2",
+        "ns/c: Added@2 → Add to 1; cache 3",
+        "ns/c: Updated@3 → Update to 1; cache 3",
+        "ns/c: Deleted@4 → Delete to 1; cache 2",
+    ];
+    // The relist: the in-order queue applies what is gone first, the DeltaFIFO last.
+    let gone = "ns/b: Deleted@1 (tombstone) → Delete to 1; cache 1";
+    match fifo {
+        FifoKind::InOrder => expected.extend([gone, "ns/a: Replaced@1 → Resync to 0; cache 1"]),
+        FifoKind::Delta => expected.extend(["ns/a: Replaced@1 → Resync to 0; cache 2", gone]),
+    }
+    assert_eq!(pops.lines(), expected);
     running.stop().await;
 }
 
@@ -980,12 +1051,15 @@ fn sorted(lines: &[&str]) -> Vec<String> {
 struct Tracked(#[allow(dead_code)] Arc<()>);
 impl EventHandler<ConfigMap> for Tracked {}
 
-#[tokio::test(start_paused = true)]
-async fn run_twice_returns_at_once_and_a_stopped_informer_refuses_handlers() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    run_twice_returns_at_once_and_a_stopped_informer_refuses_handlers
+);
+async fn run_twice_returns_at_once_and_a_stopped_informer_refuses_handlers(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1")], "1");
     let _watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let alive = Arc::new(());
     let reg = informer.add_event_handler(Tracked(alive.clone())).unwrap();
     let running = run(&informer);
@@ -1026,12 +1100,15 @@ async fn run_twice_returns_at_once_and_a_stopped_informer_refuses_handlers() {
     assert_eq!(informer.lister().list().len(), 1);
 }
 
-#[tokio::test(start_paused = true)]
-async fn dropping_the_run_future_stops_the_informer() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    dropping_the_run_future_stops_the_informer
+);
+async fn dropping_the_run_future_stops_the_informer(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1")], "1");
     let _watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let running = run(&informer);
     settle().await;
     running.task.abort();
@@ -1049,7 +1126,7 @@ async fn watermark_per_pop(fifo: FifoKind) -> Vec<String> {
     let fake = Fake::default();
     fake.list(&[("x", "1")], "2");
     let watch = fake.watch();
-    let mut options = options(Duration::ZERO);
+    let mut options = options(Duration::ZERO, fifo);
     (options.fifo, options.pop_delay) = (fifo, SECOND);
     let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
     let mut watermark = informer.watch_store_resource_version();
@@ -1163,8 +1240,11 @@ fn churn_handlers(
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stopping_while_threads_add_and_remove_handlers_returns_and_refuses_them() {
+on_both_queues!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    stopping_while_threads_add_and_remove_handlers_returns_and_refuses_them
+);
+async fn stopping_while_threads_add_and_remove_handlers_returns_and_refuses_them(fifo: FifoKind) {
     let fake = Fake::default();
     let objects: Vec<(String, String)> = (0..50)
         .map(|i| (format!("cm{i}"), "1".to_owned()))
@@ -1175,7 +1255,7 @@ async fn stopping_while_threads_add_and_remove_handlers_returns_and_refuses_them
         .collect();
     fake.list(&objects, "1");
     let watch = fake.watch();
-    let informer = informer(&fake, SECOND);
+    let informer = informer(&fake, SECOND, fifo);
     let running = run(&informer);
     bounded("the first list", informer.wait_synced()).await;
     let added = Arc::new(AtomicUsize::new(0));
