@@ -29,7 +29,8 @@
 //!   [`HandlerFns`]), each with its own resync period and [`Registration::has_synced`]. Its
 //!   pop hook ([`on_pop`](SharedIndexInformer::on_pop)) shows what each pop did ([`PopTrace`]);
 //!   its [store resource version](SharedIndexInformer::store_resource_version) says how far
-//!   the cache is up to date.
+//!   the cache is up to date; a [`MetricsProvider`](metrics::MetricsProvider) sees its queue
+//!   and its staleness ([`metrics`]).
 //! * [`Lister`] and [`NamespaceLister`] — read-only queries on the cache: by key, namespace,
 //!   index or label selector.
 //!
@@ -205,6 +206,7 @@ mod handler;
 mod index;
 mod lister;
 pub mod lister_watcher;
+pub mod metrics;
 mod object;
 mod processor;
 mod real_fifo;

@@ -39,7 +39,7 @@ use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -53,6 +53,7 @@ use crate::handler::EventHandler;
 use crate::index::{IndexError, Indexers, namespace_indexers};
 use crate::lister::Lister;
 use crate::lister_watcher::{Error as WatchError, ListerWatcher};
+use crate::metrics::{InformerMetrics, MetricsProvider};
 use crate::object::DeletedFinalStateUnknown;
 use crate::object::{Key, Object};
 use crate::processor::{Notification, Processor, Registration};
@@ -153,6 +154,9 @@ pub struct InformerOptions {
     pub pop_delay: Duration,
     /// The queue between the reflector and the cache: the in-order [`RealFifo`] by default.
     pub fifo: FifoKind,
+    /// Where the informer's metrics go; `None` (the default) records none. See
+    /// [`metrics`](crate::metrics).
+    pub metrics: Option<Arc<dyn MetricsProvider>>,
 }
 
 impl Default for InformerOptions {
@@ -160,7 +164,8 @@ impl Default for InformerOptions {
         InformerOptions {
             resync_period: Duration::ZERO,
             pop_delay: Duration::ZERO,
-            fifo: FifoKind::Delta,
+            fifo: FifoKind::default(),
+            metrics: None,
             reflector: ReflectorOptions {
                 name: "informer".into(),
                 ..ReflectorOptions::default()
@@ -251,6 +256,8 @@ struct Inner<K> {
     last_sync: OnceLock<LastSync>,
     /// How far the indexer is up to date; moved by the queue.
     watermark: Watermark,
+    /// The informer's series, if [`InformerOptions::metrics`] asked for them.
+    metrics: Option<Arc<InformerMetrics>>,
     state: Mutex<State<K>>,
 }
 
@@ -320,6 +327,9 @@ impl<K: Object> SharedIndexInformer<K> {
                 fifo_set: Notify::new(),
                 last_sync: OnceLock::new(),
                 watermark: Watermark::default(),
+                metrics: options
+                    .metrics
+                    .map(|provider| Arc::new(InformerMetrics::new(&*provider, &name))),
                 state: Mutex::new(State {
                     processor: Processor::new(id, name, options.resync_period),
                     default_resync: options.resync_period,
@@ -654,7 +664,7 @@ impl<K: Object> SharedIndexInformer<K> {
         }
         state.processor.start(runtime.clone());
         let fifo = match inner.fifo_kind {
-            FifoKind::Delta => Queue::Delta(
+            FifoKind::Delta => Fifo::Delta(
                 DeltaFifo::with_options(DeltaFifoOptions {
                     known_objects: Some(Arc::new(inner.indexer.clone())),
                     emit_delta_type_replaced: true,
@@ -662,10 +672,18 @@ impl<K: Object> SharedIndexInformer<K> {
                 })
                 .with_watermark(inner.watermark.clone()),
             ),
-            FifoKind::InOrder => Queue::InOrder(
+            FifoKind::InOrder => Fifo::InOrder(
                 RealFifo::new(state.transform.clone()).with_watermark(inner.watermark.clone()),
             ),
         };
+        let fifo = Queue {
+            fifo,
+            metrics: inner.metrics.clone(),
+            watermark: inner.watermark.clone(),
+        };
+        if let Some(metrics) = &inner.metrics {
+            metrics.heard();
+        }
         let check = state.processor.resync_check_period();
         let mut options = state.reflector_options.clone();
         options.resync_period = (!check.is_zero()).then_some(check);
@@ -856,17 +874,29 @@ impl<K: Object> Inner<K> {
     }
 }
 
-/// The queue an informer pops from, as [`InformerOptions::fifo`] chose it.
-enum Queue<K> {
+/// The queue an informer pops from, as [`InformerOptions::fifo`] chose it, with what the
+/// informer's metrics need.
+struct Queue<K> {
+    fifo: Fifo<K>,
+    metrics: Option<Arc<InformerMetrics>>,
+    watermark: Watermark,
+}
+
+enum Fifo<K> {
     Delta(DeltaFifo<K>),
     InOrder(RealFifo<K>),
 }
 
 impl<K> Clone for Queue<K> {
     fn clone(&self) -> Self {
-        match self {
-            Queue::Delta(q) => Queue::Delta(q.clone()),
-            Queue::InOrder(q) => Queue::InOrder(q.clone()),
+        let fifo = match &self.fifo {
+            Fifo::Delta(q) => Fifo::Delta(q.clone()),
+            Fifo::InOrder(q) => Fifo::InOrder(q.clone()),
+        };
+        Queue {
+            fifo,
+            metrics: self.metrics.clone(),
+            watermark: self.watermark.clone(),
         }
     }
 }
@@ -874,26 +904,58 @@ impl<K> Clone for Queue<K> {
 /// Calls the same method on whichever queue it is.
 macro_rules! each {
     ($queue:expr, $q:ident => $call:expr) => {
-        match $queue {
-            Queue::Delta($q) => $call,
-            Queue::InOrder($q) => $call,
+        match &$queue.fifo {
+            Fifo::Delta($q) => $call,
+            Fifo::InOrder($q) => $call,
         }
     };
 }
 
 impl<K: Object> Queue<K> {
-    /// Pops once into `inner`'s processing.
+    /// Pops once into `inner`'s processing; times it for the metrics, if any.
     async fn pop(&self, inner: &Inner<K>) -> Result<(), PopError> {
-        match self {
-            Queue::Delta(q) => {
-                q.pop(|d, initial| inner.process(d.key().clone(), d, initial))
-                    .await
+        let timed = self.metrics.is_some();
+        let started = match &self.fifo {
+            Fifo::Delta(q) => {
+                q.pop(|d, initial| {
+                    let started = timed.then(Instant::now);
+                    inner.process(d.key().clone(), d, initial);
+                    started
+                })
+                .await
             }
-            Queue::InOrder(q) => {
-                q.pop(|item, initial| inner.process_item(item, initial))
-                    .await
+            Fifo::InOrder(q) => {
+                q.pop(|item, initial| {
+                    let started = timed.then(Instant::now);
+                    inner.process_item(item, initial);
+                    started
+                })
+                .await
             }
+        }?;
+        if let (Some(metrics), Some(started)) = (&self.metrics, started) {
+            metrics.processed(started);
+            self.observe(metrics);
         }
+        Ok(())
+    }
+
+    /// Updates the queue's gauges.
+    fn observe(&self, metrics: &InformerMetrics) {
+        metrics.queued(self.len());
+        metrics.store_resource_version(self.watermark.get());
+    }
+
+    /// The reflector brought something from the server: the informer heard from it.
+    fn heard(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.heard();
+            self.observe(metrics);
+        }
+    }
+
+    fn len(&self) -> usize {
+        each!(self, q => q.len())
     }
 
     fn has_synced(&self) -> bool {
@@ -915,27 +977,35 @@ impl<K: Object> Queue<K> {
 
 impl<K: Object> ReflectorStore<K> for Queue<K> {
     fn add(&self, object: K) {
-        each!(self, q => q.add(object))
+        each!(self, q => q.add(object));
+        self.heard();
     }
 
     fn update(&self, object: K) {
-        each!(self, q => q.update(object))
+        each!(self, q => q.update(object));
+        self.heard();
     }
 
     fn delete(&self, object: K) {
-        each!(self, q => q.delete(object))
+        each!(self, q => q.delete(object));
+        self.heard();
     }
 
     fn replace(&self, objects: Vec<K>, resource_version: &str) {
-        each!(self, q => q.replace(objects, resource_version))
+        each!(self, q => q.replace(objects, resource_version));
+        self.heard();
     }
 
     fn resync(&self) {
-        each!(self, q => q.resync())
+        each!(self, q => q.resync());
+        if let Some(metrics) = &self.metrics {
+            self.observe(metrics);
+        }
     }
 
     fn bookmark(&self, resource_version: &str) {
-        each!(self, q => q.bookmark(resource_version))
+        each!(self, q => q.bookmark(resource_version));
+        self.heard();
     }
 }
 

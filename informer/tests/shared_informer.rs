@@ -18,7 +18,7 @@ use informer::lister_watcher::{Error, ErrorKind, Result, WatchEvent};
 use informer::{
     DeletedObject, EventHandler, EventStream, FifoKind, HandlerFns, IndexFunc, InformerError,
     InformerOptions, ListOptions, ListPage, ListerWatcher, Registration, SharedIndexInformer,
-    WatchOptions,
+    WatchOptions, metrics,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use parking_lot::Mutex;
@@ -1292,4 +1292,126 @@ async fn stopping_while_threads_add_and_remove_handlers_returns_and_refuses_them
     .unwrap();
     assert_eq!(made, added.load(Ordering::SeqCst));
     assert!(made > 0, "handlers were added while the informer ran");
+}
+
+// === metrics ===
+
+/// Writes down what an informer's metrics are told: per series, the last value (gauges),
+/// the number of observations (the histogram), and every time the informer heard from the
+/// server, as an offset from `epoch`.
+#[derive(Debug, Default)]
+struct Recorded {
+    queued: Mutex<Vec<f64>>,
+    latencies: AtomicUsize,
+    resource_version: Mutex<Vec<f64>>,
+    heard: Mutex<Vec<Duration>>,
+    names: Mutex<Vec<String>>,
+}
+
+#[derive(Debug)]
+struct Recorder(Arc<Recorded>, tokio::time::Instant);
+
+struct Series(Arc<Recorded>, &'static str, tokio::time::Instant);
+
+impl metrics::GaugeMetric for Series {
+    fn set(&self, value: f64) {
+        match self.1 {
+            "queued" => self.0.queued.lock().push(value),
+            _ => self.0.resource_version.lock().push(value),
+        }
+    }
+}
+
+impl metrics::HistogramMetric for Series {
+    fn observe(&self, value: f64) {
+        assert!(value >= 0.0);
+        self.0.latencies.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl metrics::StalenessMetric for Series {
+    fn heard(&self, at: std::time::Instant) {
+        // Paused tokio time and the clock the informer reads agree on differences only.
+        let _ = at;
+        self.0
+            .heard
+            .lock()
+            .push(tokio::time::Instant::now() - self.2);
+    }
+}
+
+impl metrics::MetricsProvider for Recorder {
+    fn new_queued_items_metric(&self, name: &str) -> Box<dyn metrics::GaugeMetric> {
+        self.0.names.lock().push(name.to_owned());
+        Box::new(Series(self.0.clone(), "queued", self.1))
+    }
+    fn new_processing_latency_metric(&self, _: &str) -> Box<dyn metrics::HistogramMetric> {
+        Box::new(Series(self.0.clone(), "latency", self.1))
+    }
+    fn new_store_resource_version_metric(&self, _: &str) -> Box<dyn metrics::GaugeMetric> {
+        Box::new(Series(self.0.clone(), "rv", self.1))
+    }
+    fn new_staleness_metric(&self, _: &str) -> Box<dyn metrics::StalenessMetric> {
+        Box::new(Series(self.0.clone(), "staleness", self.1))
+    }
+}
+
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    metrics_follow_the_queue_the_store_and_what_the_server_said
+);
+async fn metrics_follow_the_queue_the_store_and_what_the_server_said(fifo: FifoKind) {
+    let fake = Fake::default();
+    fake.list(&[("a", "1"), ("b", "2")], "3");
+    let watch = fake.watch();
+    let recorded = Arc::new(Recorded::default());
+    let epoch = tokio::time::Instant::now();
+    let mut options = options(Duration::ZERO, fifo);
+    options.metrics = Some(Arc::new(Recorder(recorded.clone(), epoch)));
+    options.pop_delay = SECOND;
+    let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
+    assert_eq!(*recorded.names.lock(), ["test"], "asked once, by name");
+    let running = run(&informer);
+    bounded("the first list", informer.wait_synced()).await;
+    pass(10 * SECOND).await;
+    let events = epoch.elapsed();
+    watch.send(WatchEvent::Modified(cm("a", "4")));
+    watch.send(WatchEvent::Added(cm("c", "5")));
+    pass(10 * SECOND).await;
+    let bookmark = epoch.elapsed();
+    watch.send(WatchEvent::Bookmark {
+        resource_version: "9".into(),
+        initial_events_end: false,
+    });
+    settle().await;
+    running.stop().await;
+
+    // Heard: at the start, the list (at once), the two events and the bookmark as they came.
+    let zero = Duration::ZERO;
+    assert_eq!(
+        *recorded.heard.lock(),
+        [zero, zero, events, events, bookmark]
+    );
+    // The queue grew with each event and emptied with each pop.
+    let queued = recorded.queued.lock().clone();
+    assert_eq!(
+        queued.first(),
+        Some(&match fifo {
+            FifoKind::InOrder => 1.0, // the relist is one item
+            FifoKind::Delta => 2.0,   // a key per object
+        })
+    );
+    assert_eq!(queued.last(), Some(&0.0));
+    assert!(
+        queued.contains(&2.0),
+        "both events queued before the first pop: {queued:?}"
+    );
+    // One observation per pop: the list's (one item, or two keys), then one per event.
+    let pops = match fifo {
+        FifoKind::InOrder => 1 + 2,
+        FifoKind::Delta => 2 + 2,
+    };
+    assert_eq!(recorded.latencies.load(Ordering::SeqCst), pops);
+    assert_eq!(recorded.resource_version.lock().last(), Some(&9.0));
+    assert_eq!(informer.store_resource_version(), 9);
 }
