@@ -20,7 +20,12 @@
 //! lock again to count the item done: the first list's countdown (`has_synced`, published
 //! as an atomic flag only then) and the resource-version watermark move only once the item
 //! is applied. A pop waiting on an empty queue registers with a [`Notify`] before it
-//! releases the lock, so no wake-up is lost. Objects are transformed before the lock is
+//! releases the lock, so no wake-up is lost.
+//!
+//! The price of never holding producers up is that nothing slows them down either: a
+//! reflector can queue faster than the informer applies, and the queue grows. (client-go
+//! keeps its lock while processing once 2,000 items wait, which stalls its reflector and,
+//! through it, the watch; here the queue's length shows in `informer_queued_items`.) Objects are transformed before the lock is
 //! taken, once, and shared as `Arc`s.
 //!
 //! The watermark is kept as marks `(n, rv)`: "once `n` items have been processed, every
