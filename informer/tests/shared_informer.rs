@@ -1415,3 +1415,41 @@ async fn metrics_follow_the_queue_the_store_and_what_the_server_said(fifo: FifoK
     assert_eq!(recorded.resource_version.lock().last(), Some(&9.0));
     assert_eq!(informer.store_resource_version(), 9);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_is_seen_while_a_backlog_remains() {
+    // The DeltaFIFO turns a list of 2,000 objects into 2,000 pops, none of which awaits.
+    let fake = Fake::default();
+    let names: Vec<String> = (0..2_000).map(|i| format!("cm{i}")).collect();
+    let objects: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+    fake.list(&objects, "1");
+    let _watch = fake.watch();
+    let informer = informer(&fake, Duration::ZERO, FifoKind::Delta);
+    // The first pop asks the informer to stop.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stop = Mutex::new(Some(stop));
+    let pops = Arc::new(AtomicUsize::new(0));
+    let counted = pops.clone();
+    informer.on_pop(move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        if let Some(stop) = stop.lock().take() {
+            let _ = stop.send(());
+        }
+    });
+    bounded(
+        "run to return",
+        informer.run(async {
+            let _ = stopped.await;
+        }),
+    )
+    .await;
+    assert!(informer.is_stopped());
+    // One task, so the pops could only starve `run` if `run` drove them itself: it sees the
+    // signal once the processing task spends its cooperative budget.
+    let pops = pops.load(Ordering::SeqCst);
+    assert!(
+        pops < 2_000,
+        "the whole backlog was applied before stopping"
+    );
+    assert!(pops > 0);
+}
