@@ -17,6 +17,8 @@
 //! | `rest_client_requests_total` | counter | `code`, `method`, `host` | the client, through [`Metrics::request_observer`] |
 //! | `rest_client_request_duration_seconds` | histogram | `verb`, `host` | the client, through [`Metrics::request_observer`] |
 //! | `leader_election_master_status` | gauge | `name` | [`LeaderStatus::set`] |
+//! | `informer_queued_items`, `informer_processing_latency_seconds`, `informer_store_resource_version` | as client-go 1.36 | `name` (the informer's) | the cache's informers, through [`Metrics::informers`] |
+//! | `informer_staleness_seconds` | gauge, computed when scraped | `name` | seconds since the informer last heard from the server (a list, a watch event, a bookmark) |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | as Prometheus' process collector | none | `/proc`, read at each scrape (Linux only) |
 //!
 //! Every series of a controller starts at zero when the controller is registered, as
@@ -160,6 +162,7 @@ struct Inner {
     requests: Family<RequestLabels, Counter>,
     request_duration: HistogramFamily<LatencyLabels>,
     leader: Family<LeaseLabels, Gauge>,
+    informers: InformerFamilies,
 }
 
 /// The seven workqueue families.
@@ -307,6 +310,7 @@ impl Metrics {
             leader.clone(),
         );
 
+        let informers = InformerFamilies::register(&mut registry);
         registry.register_collector(Box::new(ProcessCollector));
 
         Metrics {
@@ -323,6 +327,7 @@ impl Metrics {
                 requests,
                 request_duration,
                 leader,
+                informers,
             }),
         }
     }
@@ -392,6 +397,13 @@ impl Metrics {
         });
         gauge.set(0);
         LeaderStatus { gauge }
+    }
+
+    /// An informer metrics provider labelling every series `name=<informer name>`; pass it
+    /// in [`InformerOptions::metrics`](informer::InformerOptions::metrics). The manager's
+    /// cache gives it to every informer it makes.
+    pub fn informers(&self) -> Arc<dyn informer::metrics::MetricsProvider> {
+        Arc::new(InformerProvider(self.inner.informers.clone()))
     }
 
     /// Registers a metric of the application's own in this registry, under `name` (a
@@ -677,6 +689,163 @@ impl workqueue::MetricsProvider for WorkqueueProvider {
     }
 }
 
+// === informer provider ===
+
+/// client-go's buckets for `informer_processing_latency_seconds`, in seconds.
+const INFORMER_PROCESSING_BUCKETS: [f64; 12] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+fn informer_histogram() -> Histogram {
+    Histogram::new(INFORMER_PROCESSING_BUCKETS)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InformerLabels {
+    name: String,
+}
+
+/// The four informer families.
+#[derive(Clone, Debug)]
+struct InformerFamilies {
+    queued: Family<InformerLabels, FloatGauge>,
+    latency: HistogramFamily<InformerLabels>,
+    resource_version: Family<InformerLabels, FloatGauge>,
+    staleness: Family<InformerLabels, Staleness>,
+}
+
+impl InformerFamilies {
+    fn register(registry: &mut Registry) -> InformerFamilies {
+        let families = InformerFamilies {
+            queued: Family::default(),
+            latency: Family::new_with_constructor(informer_histogram as fn() -> Histogram),
+            resource_version: Family::default(),
+            staleness: Family::default(),
+        };
+        registry.register(
+            "informer_queued_items",
+            "Number of items currently queued in the FIFO",
+            families.queued.clone(),
+        );
+        registry.register(
+            "informer_processing_latency_seconds",
+            "Time taken to process events after popping from the queue",
+            families.latency.clone(),
+        );
+        registry.register(
+            "informer_store_resource_version",
+            "The 15 least significant digits of the resource version of the store",
+            families.resource_version.clone(),
+        );
+        registry.register(
+            "informer_staleness_seconds",
+            "Seconds since the informer last heard from the API server: a list, a watch \
+             event or a bookmark",
+            families.staleness.clone(),
+        );
+        families
+    }
+}
+
+/// Hands an informer its four series from the shared families.
+#[derive(Debug)]
+struct InformerProvider(InformerFamilies);
+
+impl InformerProvider {
+    fn labels(name: &str) -> InformerLabels {
+        InformerLabels {
+            name: name.to_owned(),
+        }
+    }
+}
+
+struct InformerGauge(FloatGauge);
+
+impl informer::metrics::GaugeMetric for InformerGauge {
+    fn set(&self, value: f64) {
+        self.0.set(value);
+    }
+}
+
+impl informer::metrics::HistogramMetric for QueueHistogram {
+    fn observe(&self, value: f64) {
+        self.0.observe(value);
+    }
+}
+
+impl informer::metrics::StalenessMetric for Staleness {
+    fn heard(&self, at: std::time::Instant) {
+        Staleness::heard(self, at);
+    }
+}
+
+impl informer::metrics::MetricsProvider for InformerProvider {
+    fn new_queued_items_metric(&self, name: &str) -> Box<dyn informer::metrics::GaugeMetric> {
+        let gauge = self.0.queued.get_or_create_owned(&Self::labels(name));
+        Box::new(InformerGauge(gauge))
+    }
+
+    fn new_processing_latency_metric(
+        &self,
+        name: &str,
+    ) -> Box<dyn informer::metrics::HistogramMetric> {
+        let histogram = self.0.latency.get_or_create_owned(&Self::labels(name));
+        Box::new(QueueHistogram(histogram))
+    }
+
+    fn new_store_resource_version_metric(
+        &self,
+        name: &str,
+    ) -> Box<dyn informer::metrics::GaugeMetric> {
+        let gauge = self
+            .0
+            .resource_version
+            .get_or_create_owned(&Self::labels(name));
+        Box::new(InformerGauge(gauge))
+    }
+
+    fn new_staleness_metric(&self, name: &str) -> Box<dyn informer::metrics::StalenessMetric> {
+        Box::new(self.0.staleness.get_or_create_owned(&Self::labels(name)))
+    }
+}
+
+/// A gauge of the seconds since the last [`heard`](Self::heard), worked out when scraped.
+/// Starts as heard when it is made.
+#[derive(Clone, Debug)]
+struct Staleness(Arc<Mutex<std::time::Instant>>);
+
+impl Default for Staleness {
+    fn default() -> Self {
+        Staleness(Arc::new(Mutex::new(std::time::Instant::now())))
+    }
+}
+
+impl Staleness {
+    fn heard(&self, at: std::time::Instant) {
+        let mut last = self.0.lock();
+        *last = (*last).max(at);
+    }
+}
+
+impl prometheus_client::metrics::TypedMetric for Staleness {
+    const TYPE: prometheus_client::metrics::MetricType =
+        prometheus_client::metrics::MetricType::Gauge;
+}
+
+impl EncodeMetric for Staleness {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), fmt::Error> {
+        let seconds = self.0.lock().elapsed().as_secs_f64();
+        encoder.encode_gauge(&seconds)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Gauge
+    }
+}
+
 // === REST client observer ===
 
 /// Feeds the `rest_client_*` families from the client's [`RequestObserver`] hook.
@@ -858,6 +1027,36 @@ mod tests {
         text.lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
             .map(|v| v.trim().parse().unwrap())
+    }
+
+    #[test]
+    fn informer_series_carry_client_go_names_and_the_informer_name() {
+        let metrics = Metrics::new();
+        let provider = metrics.informers();
+        let name = "configmaps.v1/demo";
+        provider.new_queued_items_metric(name).set(3.0);
+        provider.new_processing_latency_metric(name).observe(0.002);
+        // 16 digits: client-go keeps the 15 least significant ones.
+        provider
+            .new_store_resource_version_metric(name)
+            .set((1_234_567_890_123_456_u64 % 1_000_000_000_000_000) as f64);
+        let staleness = provider.new_staleness_metric(name);
+        staleness.heard(std::time::Instant::now());
+        let text = metrics.encode();
+        let labels = r#"{name="configmaps.v1/demo"}"#;
+        let get = |family: &str| sample(&text, &format!("{family}{labels}"));
+        assert_eq!(get("informer_queued_items"), Some(3.0), "{text}");
+        assert_eq!(get("informer_processing_latency_seconds_count"), Some(1.0));
+        assert_eq!(
+            get("informer_store_resource_version"),
+            Some(234_567_890_123_456.0)
+        );
+        let stale = get("informer_staleness_seconds").expect("the staleness gauge");
+        assert!(stale >= 0.0, "{stale}");
+        assert!(
+            text.contains("# TYPE informer_staleness_seconds gauge"),
+            "{text}"
+        );
     }
 
     #[test]
