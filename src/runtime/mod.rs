@@ -68,7 +68,7 @@
 //!
 //! async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
 //!     let (ns, name) = (cm.namespace(), cm.name());
-//!     let current = ctx.secrets.get(ns, name)?;
+//!     let current = ctx.secrets.get(ns, name).await?;
 //!     if current.is_some_and(|s| s.string_data.is_none() && same_data(&s, &cm)) {
 //!         return Ok(Action::done()); // already mirrored
 //!     }
@@ -142,7 +142,8 @@ pub mod status;
 pub mod webhook;
 
 pub use cache::{
-    Cache, CacheError, CacheOptions, CachedInformer, KindTransform, Store, metadata_only,
+    Cache, CacheError, CacheOptions, CachedInformer, KindTransform, Store, StoreNow, metadata_only,
+    without_read_your_writes,
 };
 pub use controller::{Action, Controller, ObjectRef, ReconcileError};
 pub use flags::ManagerArgs;
