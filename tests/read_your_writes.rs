@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use controller_runtime::client::{Api, DeleteParams, DeleteResult, Patch, PatchParams, PostParams};
 use controller_runtime::runtime::{Cache, CacheOptions, Manager, ManagerOptions, Store};
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStatus};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use support::cluster::{self, create_namespace};
@@ -63,6 +63,31 @@ fn rv(d: &Deployment) -> u64 {
         .unwrap()
         .parse()
         .unwrap()
+}
+
+/// Replaces `name` (its status if `status`) after `change`, read afresh from the server and
+/// sent again on a conflict (the Deployment controller writes the status too).
+async fn replace_with(
+    api: &Api<Deployment>,
+    name: &str,
+    status: bool,
+    change: impl Fn(&mut Deployment),
+) -> Deployment {
+    loop {
+        let mut d = api.get(name).await.unwrap();
+        change(&mut d);
+        let params = PostParams::default();
+        let replaced = if status {
+            api.replace_status(name, &params, &d).await
+        } else {
+            api.replace(name, &params, &d).await
+        };
+        match replaced {
+            Ok(d) => return d,
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => panic!("replacing {name}: {e}"),
+        }
+    }
 }
 
 /// What a write left: the object at a version, or gone (with the uid it had).
@@ -125,16 +150,11 @@ async fn ten_thousand_writes_through_the_manager_are_each_seen_by_the_next_cache
                 .unwrap()))
         } else {
             match phase {
-                0 | 1 => {
-                    let mut d = (*store.get(&ns, &name).await.unwrap().unwrap()).clone();
+                0 | 1 => Written::At(rv(&replace_with(&api, &name, false, |d| {
                     d.metadata.annotations =
                         Some(BTreeMap::from([("note".into(), step.to_string())]));
-                    d.metadata.resource_version = None;
-                    Written::At(rv(&api
-                        .replace(&name, &PostParams::default(), &d)
-                        .await
-                        .unwrap()))
-                }
+                })
+                .await)),
                 2 => {
                     let patch = serde_json::json!({"metadata": {"annotations": {"note": step.to_string()}}});
                     Written::At(rv(&api
@@ -156,26 +176,14 @@ async fn ten_thousand_writes_through_the_manager_are_each_seen_by_the_next_cache
                         .await
                         .unwrap()))
                 }
-                5 => {
-                    let mut d = (*store.get(&ns, &name).await.unwrap().unwrap()).clone();
-                    let mut status = d.status.clone().unwrap_or_else(DeploymentStatus::default);
+                5 => Written::At(rv(&replace_with(&api, &name, true, |d| {
+                    let mut status = d.status.clone().unwrap_or_default();
                     status.observed_generation = Some(step as i64);
                     d.status = Some(status);
-                    d.metadata.resource_version = None;
-                    Written::At(rv(&api
-                        .replace_status(&name, &PostParams::default(), &d)
-                        .await
-                        .unwrap()))
-                }
+                })
+                .await)),
                 _ => {
-                    let uid = store
-                        .get(&ns, &name)
-                        .await
-                        .unwrap()
-                        .unwrap()
-                        .metadata
-                        .uid
-                        .clone();
+                    let uid = api.get(&name).await.unwrap().metadata.uid;
                     match api.delete(&name, &DeleteParams::default()).await.unwrap() {
                         DeleteResult::Deleted(_) => Written::Gone(uid),
                         DeleteResult::Pending(d) => match &d.metadata.finalizers {

@@ -37,8 +37,16 @@ pub type WrittenKey = (String, String);
 /// `(group, kind)`, as `k8s_openapi::Resource` names them.
 type KindKey = (String, String);
 
-/// The writes a client made that no cache read has seen observed yet; see the
-/// [module docs](self). Shared by the client's clones and the cache that reads it.
+/// The writes a client made that no cache has been seen to observe yet: the record behind
+/// read-your-own-writes.
+///
+/// A client made with [`Client::recording_writes`](super::Client::recording_writes) notes
+/// here every successful create, replace, patch (apply included), delete and status write of
+/// a kind a cache reads ([`watch_kind`](Self::watch_kind)): the object's namespace, name and
+/// uid, the `resourceVersion` the server returned, and whether the object is gone. The
+/// manager's cache answers a read of a written object only once its informer has observed
+/// that version, or the delete. An entry leaves once seen observed, or when a newer write of
+/// the same object replaces it. Shared by the client's clones and the cache that reads it.
 #[derive(Debug, Default)]
 pub struct WriteLog {
     kinds: Mutex<HashMap<KindKey, HashMap<WrittenKey, Write>>>,
