@@ -187,6 +187,7 @@ mod reflector;
 mod shared_informer;
 mod store;
 mod synced;
+mod watermark;
 
 pub use backoff::{Backoff, BackoffOptions};
 pub use delta_fifo::{

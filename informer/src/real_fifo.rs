@@ -24,6 +24,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use crate::synced::SyncedLatch;
+use crate::watermark::{self, Watermark};
 
 use crate::delta_fifo::{
     Delta, DeltaObject, DeltaType, KnownObjects, PopError, QueueSnapshot, QueuedDelta, Transformer,
@@ -91,11 +92,19 @@ struct Shared<K> {
     /// `populated && initial_population_count == 0`, published after the item that got it
     /// there was processed. Never goes back to false.
     synced: SyncedLatch,
+    /// Set by an informer: advanced past each item once it is processed.
+    watermark: Option<Watermark>,
 }
 
 struct State<K> {
     /// Every queued delta with its key, oldest first.
     items: VecDeque<(Key, Delta<K>)>,
+    /// Items ever queued, and ever popped and processed.
+    pushed: u64,
+    popped: u64,
+    /// `(n, rv)`: once `n` items have been processed, everything up to `rv` is applied.
+    /// Increasing in `n`.
+    marks: VecDeque<(u64, u64)>,
     /// Whether anything was ever queued by `add`, `update`, `delete` or `replace`.
     populated: bool,
     /// Items of the first `replace` (and before it) not yet popped.
@@ -126,6 +135,9 @@ impl<K: Object> RealFifo<K> {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     items: VecDeque::new(),
+                    pushed: 0,
+                    popped: 0,
+                    marks: VecDeque::new(),
                     populated: false,
                     initial_population_count: 0,
                     closed: false,
@@ -134,8 +146,28 @@ impl<K: Object> RealFifo<K> {
                 transformer,
                 item_added: Notify::new(),
                 synced: SyncedLatch::default(),
+                watermark: None,
             }),
         }
+    }
+
+    /// Has the queue move `watermark`: past each event's resource version once it is
+    /// processed (events arrive in resource-version order), to a `replace`'s once all of it
+    /// is, and to a bookmark's once everything queued before it is.
+    pub(crate) fn with_watermark(mut self, watermark: Watermark) -> Self {
+        Arc::get_mut(&mut self.shared)
+            .expect("set on a new queue")
+            .watermark = Some(watermark);
+        self
+    }
+
+    /// A bookmark reached `resource_version`: nothing changed up to it. It counts only for
+    /// the informer's [store resource version](crate::SharedIndexInformer::store_resource_version),
+    /// once everything queued before it has been processed.
+    pub fn bookmark(&self, resource_version: &str) {
+        let mut state = self.shared.state.lock();
+        state.mark(watermark::parse(Some(resource_version)));
+        self.shared.release(state);
     }
 
     /// Queues an [`Added`](DeltaType::Added) delta for `obj`.
@@ -155,8 +187,9 @@ impl<K: Object> RealFifo<K> {
 
     /// Replaces the queue's view of the world with `list`, the result of a LIST: tombstones
     /// for what is gone, then `Replaced` for every listed object; see the
-    /// [type documentation](RealFifo). The resource version is ignored.
-    pub fn replace(&self, list: impl IntoIterator<Item = K>, _resource_version: &str) {
+    /// [type documentation](RealFifo). The resource version counts only for the informer's
+    /// [store resource version](crate::SharedIndexInformer::store_resource_version).
+    pub fn replace(&self, list: impl IntoIterator<Item = K>, resource_version: &str) {
         let shared = &*self.shared;
         let list: Vec<(Key, Arc<K>)> = list.into_iter().map(|obj| shared.share(obj)).collect();
         let listed: HashSet<&Key> = list.iter().map(|(key, _)| key).collect();
@@ -200,7 +233,9 @@ impl<K: Object> RealFifo<K> {
                 },
             )
         });
+        st.pushed += (gone.len() + list.len()) as u64;
         st.items.extend(gone.into_iter().chain(replaced));
+        st.mark(watermark::parse(Some(resource_version)));
         if !st.populated {
             st.populated = true;
             st.initial_population_count = st.items.len();
@@ -230,6 +265,7 @@ impl<K: Object> RealFifo<K> {
                     object,
                 },
             ));
+            state.pushed += 1;
         }
         shared.release(state);
     }
@@ -263,6 +299,7 @@ impl<K: Object> RealFifo<K> {
                     state.initial_population_count =
                         state.initial_population_count.saturating_sub(1);
                     let out = process(key, delta, is_in_initial_list);
+                    state.popped += 1;
                     shared.release(state);
                     return Ok(out);
                 }
@@ -333,11 +370,14 @@ impl<K: Object> RealFifo<K> {
 
     fn push(&self, kind: DeltaType, obj: K) {
         let shared = &*self.shared;
+        let rv = watermark::parse(obj.resource_version());
         let (key, obj) = shared.share(obj);
         let mut state = shared.state.lock();
         state.populated = true;
         let object = DeltaObject::Object(obj);
         state.items.push_back((key, Delta { kind, object }));
+        state.pushed += 1;
+        state.mark(rv);
         shared.release(state);
     }
 }
@@ -360,10 +400,14 @@ impl<K: Object> Shared<K> {
     }
 
     /// Publishes `has_synced`, releases the lock, then wakes whoever needs it.
-    fn release(&self, state: MutexGuard<'_, State<K>>) {
+    fn release(&self, mut state: MutexGuard<'_, State<K>>) {
         let became_synced = self.synced.set_if(|| state.has_synced());
         let queued = !state.items.is_empty();
+        let applied = state.applied_mark();
         drop(state);
+        if let (Some(watermark), Some(rv)) = (&self.watermark, applied) {
+            watermark.advance(rv);
+        }
         if queued {
             self.item_added.notify_waiters();
         }
@@ -376,6 +420,26 @@ impl<K: Object> Shared<K> {
 impl<K> State<K> {
     fn has_synced(&self) -> bool {
         self.populated && self.initial_population_count == 0
+    }
+
+    /// Marks `rv` applied once every item queued so far is processed.
+    fn mark(&mut self, rv: Option<u64>) {
+        if let Some(rv) = rv {
+            self.marks.push_back((self.pushed, rv));
+        }
+    }
+
+    /// Takes the marks every processed item has reached; the highest, if any.
+    fn applied_mark(&mut self) -> Option<u64> {
+        let mut applied = None;
+        while let Some(&(n, rv)) = self.marks.front() {
+            if n > self.popped {
+                break;
+            }
+            self.marks.pop_front();
+            applied = applied.max(Some(rv));
+        }
+        applied
     }
 }
 
@@ -400,6 +464,10 @@ impl<K: Object> ReflectorStore<K> for RealFifo<K> {
 
     fn resync(&self) {
         RealFifo::resync(self);
+    }
+
+    fn bookmark(&self, resource_version: &str) {
+        RealFifo::bookmark(self, resource_version);
     }
 }
 

@@ -49,6 +49,7 @@ use crate::processor::{Notification, Processor, Registration};
 use crate::real_fifo::RealFifo;
 use crate::reflector::{LastSync, Reflector, ReflectorOptions, ReflectorStore, Trace};
 use crate::store::Indexer;
+use crate::watermark::Watermark;
 
 /// Why a call on a [`SharedIndexInformer`] was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -233,6 +234,8 @@ struct Inner<K> {
     fifo_set: Notify,
     /// The reflector's last synced version, once it exists.
     last_sync: OnceLock<LastSync>,
+    /// How far the indexer is up to date; moved by the queue.
+    watermark: Watermark,
     state: Mutex<State<K>>,
 }
 
@@ -301,6 +304,7 @@ impl<K: Object> SharedIndexInformer<K> {
                 fifo: OnceLock::new(),
                 fifo_set: Notify::new(),
                 last_sync: OnceLock::new(),
+                watermark: Watermark::default(),
                 state: Mutex::new(State {
                     processor: Processor::new(id, name, options.resync_period),
                     default_resync: options.resync_period,
@@ -529,6 +533,48 @@ impl<K: Object> SharedIndexInformer<K> {
             .unwrap_or_default()
     }
 
+    /// The store's resource-version watermark: the highest resource version `R` such that
+    /// every event of this informer's list and watch with a resourceVersion `<= R` has been
+    /// applied to the indexer (so a [`Lister`] read sees it); 0 before the first list is
+    /// applied. For read-your-own-writes: after a write answered with resourceVersion `w`,
+    /// a read once this is `>= w` sees that write or something newer.
+    ///
+    /// Resource versions are compared as integers, as Kubernetes allows since 1.35
+    /// (KEP-5504); one that is not an integer moves nothing. How far the watermark may move
+    /// depends on the queue:
+    ///
+    /// * [`FifoKind::InOrder`]: events leave the queue in the order the server sent them, so
+    ///   once an event is applied the watermark is its resourceVersion; a relist's objects
+    ///   count at the list's resourceVersion once all of the relist is applied.
+    /// * [`FifoKind::Delta`]: keys leave the queue in the order they first arrived, not in
+    ///   resourceVersion order (`a@5` queued behind `b@3` may be applied first, while a
+    ///   newer `b@7` waits behind it), so the watermark only moves when the queue is seen
+    ///   empty after a pop: to the highest resourceVersion queued until then. Under a
+    ///   steady stream of events it can lag; it never runs ahead.
+    ///
+    /// A bookmark at `b` moves it to `b` once everything queued before the bookmark is
+    /// applied. The watermark never moves down, even when a relist returns an older list.
+    pub fn store_resource_version(&self) -> u64 {
+        self.inner.watermark.get()
+    }
+
+    /// A receiver of [`store_resource_version`](Self::store_resource_version) that is told
+    /// each time it moves up, e.g. to wait until it reaches a version:
+    ///
+    /// ```no_run
+    /// # async fn f(informer: informer::SharedIndexInformer<k8s_openapi::api::core::v1::ConfigMap>) {
+    /// let written = 1234;
+    /// let mut watermark = informer.watch_store_resource_version();
+    /// let _ = watermark.wait_for(|&rv| rv >= written).await;
+    /// # }
+    /// ```
+    ///
+    /// The channel stays open as long as the informer does: a stopped informer's watermark
+    /// just stops moving.
+    pub fn watch_store_resource_version(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.watermark.subscribe()
+    }
+
     /// How often the reflector asks whether a handler is due for resync; [`Duration::ZERO`]
     /// if it never does. Final once the informer has started.
     pub fn resync_check_period(&self) -> Duration {
@@ -555,26 +601,18 @@ impl<K: Object> SharedIndexInformer<K> {
         let Some((fifo, reflector)) = self.start() else {
             return;
         };
+        let inner = &*self.inner;
         let mut running = Running {
             inner: &self.inner,
             reflector: Some(reflector),
-        };
-        let inner = &*self.inner;
-        let process = async {
-            loop {
-                if !inner.pop_delay.is_zero() {
-                    tokio::time::sleep(inner.pop_delay).await;
-                }
-                if fifo.pop(inner).await.is_err() {
-                    break;
-                }
-            }
+            process: Some(tokio::spawn(process(self.inner.clone(), fifo))),
         };
         {
             let reflector = running.reflector.as_mut().expect("set above");
+            let process = running.process.as_mut().expect("set above");
             tokio::select! {
                 () = shutdown => {}
-                () = process => {}
+                _ = process => {}
                 result = reflector => {
                     tracing::error!(informer = %inner.name, ?result, "the reflector ended on its own: stopping the informer");
                 }
@@ -600,12 +638,18 @@ impl<K: Object> SharedIndexInformer<K> {
         state.processor.start(runtime.clone());
         let known: Arc<dyn KnownObjects<K>> = Arc::new(inner.indexer.clone());
         let fifo = match inner.fifo_kind {
-            FifoKind::Delta => Queue::Delta(DeltaFifo::with_options(DeltaFifoOptions {
-                known_objects: Some(known),
-                emit_delta_type_replaced: true,
-                transformer: state.transform.clone(),
-            })),
-            FifoKind::InOrder => Queue::InOrder(RealFifo::new(known, state.transform.clone())),
+            FifoKind::Delta => Queue::Delta(
+                DeltaFifo::with_options(DeltaFifoOptions {
+                    known_objects: Some(known),
+                    emit_delta_type_replaced: true,
+                    transformer: state.transform.clone(),
+                })
+                .with_watermark(inner.watermark.clone()),
+            ),
+            FifoKind::InOrder => Queue::InOrder(
+                RealFifo::new(known, state.transform.clone())
+                    .with_watermark(inner.watermark.clone()),
+            ),
         };
         let check = state.processor.resync_check_period();
         let mut options = state.reflector_options.clone();
@@ -634,6 +678,21 @@ impl<K: Object> SharedIndexInformer<K> {
         inner.fifo_set.notify_waiters();
         tracing::debug!(informer = %inner.name, resync_check_period = ?check, "informer started");
         Some((fifo, runtime.spawn(reflector)))
+    }
+}
+
+/// The processing loop: pops until the queue is closed and drained. It runs as its own task,
+/// so that however busy it is, `run` sees its shutdown signal at once; and it yields when
+/// its cooperative budget is spent, since a pop with items waiting never awaits.
+async fn process<K: Object>(inner: Arc<Inner<K>>, fifo: Queue<K>) {
+    loop {
+        if !inner.pop_delay.is_zero() {
+            tokio::time::sleep(inner.pop_delay).await;
+        }
+        if fifo.pop(&inner).await.is_err() {
+            break;
+        }
+        tokio::task::consume_budget().await;
     }
 }
 
@@ -789,28 +848,40 @@ impl<K: Object> ReflectorStore<K> for Queue<K> {
     fn resync(&self) {
         each!(self, q => q.resync())
     }
+
+    fn bookmark(&self, resource_version: &str) {
+        each!(self, q => q.bookmark(resource_version))
+    }
 }
 
-/// A started informer; stopping it (explicitly, or by drop) ends the reflector, closes the
-/// FIFO and stops the handlers.
+/// A started informer; stopping it (explicitly, or by drop) ends the reflector and the
+/// processing loop, closes the FIFO and stops the handlers.
 struct Running<'a, K: Object> {
     inner: &'a Arc<Inner<K>>,
     reflector: Option<JoinHandle<()>>,
+    process: Option<JoinHandle<()>>,
 }
 
 impl<K: Object> Running<'_, K> {
+    /// Returns the tasks to await: the handlers' and the processing loop's (which stops at
+    /// its next pop).
     fn stop(&mut self) -> Vec<JoinHandle<()>> {
         if let Some(reflector) = self.reflector.take() {
             reflector.abort();
         }
+        let process = self.process.take().inspect(JoinHandle::abort);
         if let Some(fifo) = self.inner.fifo.get() {
             fifo.close();
         }
         let mut state = self.inner.state.lock();
-        if state.processor.is_stopped() {
-            return Vec::new();
-        }
-        state.processor.stop()
+        let mut tasks = if state.processor.is_stopped() {
+            Vec::new()
+        } else {
+            state.processor.stop()
+        };
+        drop(state);
+        tasks.extend(process);
+        tasks
     }
 }
 

@@ -1038,3 +1038,178 @@ async fn dropping_the_run_future_stops_the_informer() {
     let _ = running.task.await;
     assert!(informer.is_stopped());
 }
+
+// === the store's resource-version watermark ===
+
+/// Runs an informer on `fifo` whose pops lag a second each, through a list, a burst of watch
+/// events queued before they pop (a bookmark among them), and a relist. Returns, per pop, its
+/// key and the watermark when the pop began (what the pops before it had earned), then the
+/// watermark at the end.
+async fn watermark_per_pop(fifo: FifoKind) -> Vec<String> {
+    let fake = Fake::default();
+    fake.list(&[("x", "1")], "2");
+    let watch = fake.watch();
+    let mut options = options(Duration::ZERO);
+    (options.fifo, options.pop_delay) = (fifo, SECOND);
+    let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
+    let mut watermark = informer.watch_store_resource_version();
+    assert_eq!(informer.store_resource_version(), 0, "nothing applied yet");
+    let pops = Log::default();
+    let (heard, reader) = (pops.clone(), informer.clone());
+    informer.on_pop(move |pop| {
+        let line = format!("{}@{}", pop.key, reader.store_resource_version());
+        heard.0.lock().push(line);
+    });
+    let running = run(&informer);
+    bounded("the first list", watermark.wait_for(|&rv| rv == 2))
+        .await
+        .unwrap();
+    for event in [
+        WatchEvent::Added(cm("b", "3")),
+        WatchEvent::Added(cm("a", "5")),
+        WatchEvent::Modified(cm("b", "7")),
+        // Not an integer: moves nothing, breaks nothing.
+        WatchEvent::Added(cm("c", "x9")),
+        WatchEvent::Bookmark {
+            resource_version: "9".into(),
+            initial_events_end: false,
+        },
+    ] {
+        watch.send(event);
+    }
+    bounded("the burst", watermark.wait_for(|&rv| rv == 9))
+        .await
+        .unwrap();
+    // The watch breaks; the relist has `d` new and `x` gone.
+    let _second = fake.watch();
+    fake.list(&[("a", "5"), ("b", "7"), ("c", "x9"), ("d", "11")], "12");
+    watch.fail(ErrorKind::Gone);
+    bounded("the relist", watermark.wait_for(|&rv| rv == 12))
+        .await
+        .unwrap();
+    let mut lines = pops.lines();
+    lines.push(format!("end@{}", informer.store_resource_version()));
+    running.stop().await;
+    lines
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_in_order_fifo_the_watermark_follows_each_applied_event() {
+    assert_eq!(
+        watermark_per_pop(FifoKind::InOrder).await,
+        [
+            "ns/x@0", "ns/b@2", "ns/a@3", "ns/b@5", "ns/c@7",
+            // The relist: tombstones first, then the listed objects; the list's version
+            // counts once all of it is applied.
+            "ns/x@9", "ns/a@9", "ns/b@9", "ns/c@9", "ns/d@9", "end@12",
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_delta_fifo_the_watermark_moves_only_when_the_queue_is_drained() {
+    // `b` is popped first with both its deltas (3 and 7) while `a@5` still waits: keys pop in
+    // first-arrival order, so 7 is not safe until `a` is applied, nor even 3 once the queue
+    // holds deltas of unknown order. The watermark waits for the queue to empty.
+    assert_eq!(
+        watermark_per_pop(FifoKind::Delta).await,
+        [
+            "ns/x@0", "ns/b@2", "ns/a@2", "ns/c@2", "ns/a@9", "ns/b@9", "ns/c@9", "ns/d@9",
+            "ns/x@9", "end@12",
+        ]
+    );
+}
+
+/// Threads that keep adding handlers (resynced every second) and removing one of theirs
+/// until the informer refuses one, as client-go's `TestSharedInformerHandlerAbuse` does;
+/// each returns how many registrations it made.
+fn churn_handlers(
+    informer: &Arc<SharedIndexInformer<ConfigMap>>,
+    threads: usize,
+    added: &Arc<AtomicUsize>,
+) -> Vec<std::thread::JoinHandle<usize>> {
+    (0..threads)
+        .map(|seed| {
+            let (informer, added) = (informer.clone(), added.clone());
+            std::thread::spawn(move || {
+                let mut registrations = Vec::new();
+                // A small xorshift: which step to take, and which handler to remove.
+                let mut x = (seed as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut made = 0;
+                loop {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if x % 2 == 1 && !registrations.is_empty() {
+                        let at = (x / 2) as usize % registrations.len();
+                        informer.remove_event_handler(&registrations.swap_remove(at));
+                        continue;
+                    }
+                    match informer.add_event_handler_with_resync(Tracked(Arc::default()), SECOND) {
+                        Ok(registration) => {
+                            made += 1;
+                            added.fetch_add(1, Ordering::SeqCst);
+                            registrations.push(registration);
+                        }
+                        Err(error) => {
+                            assert_eq!(error, InformerError::Stopped);
+                            assert_eq!(error.to_string(), "informer has stopped already");
+                            return made;
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_while_threads_add_and_remove_handlers_returns_and_refuses_them() {
+    let fake = Fake::default();
+    let objects: Vec<(String, String)> = (0..50)
+        .map(|i| (format!("cm{i}"), "1".to_owned()))
+        .collect();
+    let objects: Vec<(&str, &str)> = objects
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    fake.list(&objects, "1");
+    let watch = fake.watch();
+    let informer = informer(&fake, SECOND);
+    let running = run(&informer);
+    bounded("the first list", informer.wait_synced()).await;
+    let added = Arc::new(AtomicUsize::new(0));
+    let threads = churn_handlers(&informer, 64, &added);
+    // Events keep flowing while handlers come and go.
+    for i in 0..10_000 {
+        let name = format!("cm{}", i % 50);
+        let version = format!("{}", i + 2);
+        watch.send(match i % 3 {
+            0 => WatchEvent::Modified(cm(&name, &version)),
+            1 => WatchEvent::Deleted(cm(&name, &version)),
+            _ => WatchEvent::Added(cm(&name, &version)),
+        });
+        if i % 100 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    // Stop only once the churn is well under way, with a backlog still queued.
+    bounded("handlers to pile up", async {
+        while added.load(Ordering::SeqCst) < 10_000 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    bounded("run to return while handlers churn", running.stop()).await;
+    assert!(informer.is_stopped());
+    let made = tokio::task::spawn_blocking(move || {
+        threads
+            .into_iter()
+            .map(|thread| thread.join().expect("no thread panicked"))
+            .sum::<usize>()
+    })
+    .await
+    .unwrap();
+    assert_eq!(made, added.load(Ordering::SeqCst));
+    assert!(made > 0, "handlers were added while the informer ran");
+}
