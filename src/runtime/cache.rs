@@ -62,12 +62,13 @@
 //!
 //! # Implementation Details
 //!
-//! Each informer of a cache whose client records writes has one more event handler, which
-//! runs after the informer applied the event to its cache: it raises the informer's
-//! *watermark* (the highest resourceVersion every event up to which is in the cache) and
-//! drops the log entries the event shows observed. A waiting read checks its entries against
-//! the cache and the watermark, and waits for the watermark to move, until the entries are
-//! observed or its time is up.
+//! Each informer keeps a *watermark*, its store's resourceVersion
+//! ([`SharedIndexInformer::store_resource_version`]): every event up to it is in its cache. A
+//! waiting read checks each write it waits for against the cache (the cached copy's
+//! resourceVersion, or the object's absence after a delete) and the watermark, and waits for
+//! the watermark to move until every write is seen or its time is up. A task per informer
+//! drops the log's entries as the watermark passes them, so that writes no read looks for
+//! again do not stay in the log.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -77,8 +78,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use informer::{
-    DeletedObject, EventHandler, IndexError, IndexFunc, IndexValues, Indexers, InformerError,
-    Lister, Object, SelectorError, SharedIndexInformer,
+    IndexError, IndexFunc, IndexValues, Indexers, InformerError, Lister, Object, SelectorError,
+    SharedIndexInformer,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use parking_lot::Mutex;
@@ -282,8 +283,8 @@ struct Inner {
     namespaces: Vec<String>,
     /// What every store's reads share: the write log, the bounds, the metrics.
     reads: Arc<Reads>,
-    /// Each informer's watermark, by informer name, once a store asked for it.
-    watermarks: Mutex<HashMap<String, watch::Receiver<u64>>>,
+    /// The informers whose log entries a task prunes ([`prune`]), by name.
+    pruned: Mutex<std::collections::HashSet<String>>,
     /// The informers made so far, for waiting and naming, with their last error.
     informers: Mutex<Vec<Tracked>>,
     /// Set once started: the shutdown later informers start with.
@@ -364,7 +365,7 @@ impl Cache {
                 options,
                 namespaces,
                 reads,
-                watermarks: Mutex::new(HashMap::new()),
+                pruned: Mutex::new(Default::default()),
                 informers: Mutex::new(Vec::new()),
                 started: Mutex::new(None),
             }),
@@ -400,7 +401,7 @@ impl Cache {
             if !informer.is_started() && self.track(&informer, namespace.clone()) {
                 made = true;
             }
-            let seen = self.watermark(&informer);
+            let seen = self.watermark(&informer, namespace.as_deref());
             parts.push(Part {
                 namespace,
                 informer,
@@ -420,26 +421,23 @@ impl Cache {
         })
     }
 
-    /// The watermark of `informer`: the highest resourceVersion such that every event up
-    /// to it is in its cache. Made once per informer; without a write log, nothing waits
-    /// on it and it stays 0.
+    /// The watermark of `informer` (its store's resourceVersion: every event up to it is in
+    /// its cache), and, the first time with a write log, a task that prunes the log as it
+    /// moves ([`prune`]; only inside a tokio runtime: without one, reads alone prune).
     fn watermark<K: CachedKind>(
         &self,
         informer: &Arc<SharedIndexInformer<Raw<K>>>,
+        namespace: Option<&str>,
     ) -> watch::Receiver<u64> {
-        let mut watermarks = self.inner.watermarks.lock();
-        if let Some(seen) = watermarks.get(informer.name()) {
-            return seen.clone();
+        let seen = informer.watch_store_resource_version();
+        if let Some(log) = &self.inner.reads.writes
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            && self.inner.pruned.lock().insert(informer.name().to_owned())
+        {
+            let weak = Arc::downgrade(informer);
+            let namespace = namespace.map(str::to_owned);
+            runtime.spawn(prune(weak, namespace, seen.clone(), log.clone()));
         }
-        let (raise, seen) = watch::channel(0);
-        if let Some(log) = &self.inner.reads.writes {
-            let _ = informer.add_event_handler(Watermark::<K> {
-                raise,
-                log: log.clone(),
-                _kind: std::marker::PhantomData,
-            });
-        }
-        watermarks.insert(informer.name().to_owned(), seen.clone());
         seen
     }
 
@@ -649,57 +647,58 @@ fn reads_wait_for_writes() -> bool {
     READ_YOUR_WRITES.try_with(|on| *on).unwrap_or(true)
 }
 
-/// The event handler behind an informer's watermark: runs after each event is in the
-/// informer's cache, raises the watermark to the event's resourceVersion and drops the log
-/// entries the event shows observed.
-struct Watermark<K> {
-    raise: watch::Sender<u64>,
+/// Drops the entries of kind `K` in `log` that the cache of `informer` shows observed, each
+/// time its watermark moves, so that writes nobody reads back do not stay in the log. Ends
+/// with the informer.
+async fn prune<K: CachedKind>(
+    informer: std::sync::Weak<SharedIndexInformer<Raw<K>>>,
+    namespace: Option<String>,
+    mut seen: watch::Receiver<u64>,
     log: Arc<WriteLog>,
-    _kind: std::marker::PhantomData<fn() -> K>,
-}
-
-impl<K: CachedKind> Watermark<K> {
-    fn saw(&self, obj: &Raw<K>, deleted: bool) {
-        let Some(rv) = obj.resource_version().and_then(|rv| rv.parse::<u64>().ok()) else {
+) {
+    while seen.changed().await.is_ok() {
+        let Some(informer) = informer.upgrade() else {
             return;
         };
-        self.raise.send_if_modified(|mark| {
-            let higher = rv > *mark;
-            *mark = (*mark).max(rv);
-            higher
-        });
-        let (namespace, name) = (obj.namespace().unwrap_or_default(), obj.name());
-        for (key, write) in self
-            .log
-            .pending(K::GROUP, K::KIND, Some(namespace), Some(name))
-        {
-            let same = || write.uid.is_none() || write.uid == uid_of(obj);
-            let seen = if write.gone {
-                if deleted { same() } else { !same() }
-            } else {
-                rv >= write.resource_version
-            };
-            if seen {
-                self.log.observed(K::GROUP, K::KIND, &key, &write);
+        let watermark = *seen.borrow_and_update();
+        let part = Part {
+            namespace: namespace.clone(),
+            informer,
+            seen: seen.clone(),
+        };
+        for (key, write) in log.pending(K::GROUP, K::KIND, namespace.as_deref(), None) {
+            if observed(&part, &key, &write, watermark) {
+                log.observed(K::GROUP, K::KIND, &key, &write);
             }
         }
     }
 }
 
-impl<K: CachedKind> EventHandler<Raw<K>> for Watermark<K> {
-    fn on_add(&self, obj: &Arc<Raw<K>>, _initial: bool) {
-        self.saw(obj, false);
+/// Whether `part` shows the write of `key` observed: its watermark or its cached copy is at
+/// the written resourceVersion or newer, or, for a delete, it no longer holds the object
+/// deleted.
+fn observed<K: CachedKind>(
+    part: &Part<K>,
+    key: &WrittenKey,
+    write: &Write,
+    watermark: u64,
+) -> bool {
+    let lister = part.informer.lister();
+    let cached = if key.0.is_empty() {
+        lister.get(&key.1)
+    } else {
+        lister.namespaced(&key.0).get(&key.1)
+    };
+    if write.gone {
+        return match cached {
+            None => true,
+            Some(obj) => write.uid.is_some() && write.uid != uid_of(&obj),
+        };
     }
-
-    fn on_update(&self, _old: &Arc<Raw<K>>, new: &Arc<Raw<K>>) {
-        self.saw(new, false);
-    }
-
-    fn on_delete(&self, obj: &DeletedObject<Raw<K>>) {
-        if let Some(obj) = obj.object() {
-            self.saw(obj, true);
-        }
-    }
+    let cached_rv = cached
+        .as_ref()
+        .and_then(|obj| obj.resource_version()?.parse::<u64>().ok());
+    watermark >= write.resource_version || cached_rv.is_some_and(|rv| rv >= write.resource_version)
 }
 
 /// The `metadata.uid` of a cached object.
@@ -965,7 +964,7 @@ impl<K: CachedKind> Store<K> {
                 let mut left = false;
                 pending.retain(|(key, write)| match self.part_for(&key.0) {
                     Some(p) if !std::ptr::eq(p, part) => true,
-                    Some(_) if !self.observed(part, key, write, watermark) => {
+                    Some(_) if !observed(part, key, write, watermark) => {
                         left = true;
                         true
                     }
@@ -1001,29 +1000,6 @@ impl<K: CachedKind> Store<K> {
             metrics.timeouts.get_or_create(&kind).inc();
         }
         metrics.waited.observe(started.elapsed().as_secs_f64());
-    }
-
-    /// Whether `part` shows the write of `key` observed: its cached copy is at the written
-    /// resourceVersion or newer (or its watermark is), or, for a delete, it no longer holds
-    /// the object deleted.
-    fn observed(&self, part: &Part<K>, key: &WrittenKey, write: &Write, watermark: u64) -> bool {
-        let lister = part.informer.lister();
-        let cached = if key.0.is_empty() {
-            lister.get(&key.1)
-        } else {
-            lister.namespaced(&key.0).get(&key.1)
-        };
-        if write.gone {
-            return match cached {
-                None => true,
-                Some(obj) => write.uid.is_some() && write.uid != uid_of(&obj),
-            };
-        }
-        let cached_rv = cached
-            .as_ref()
-            .and_then(|obj| obj.resource_version()?.parse::<u64>().ok());
-        watermark >= write.resource_version
-            || cached_rv.is_some_and(|rv| rv >= write.resource_version)
     }
 }
 
