@@ -1206,6 +1206,32 @@ mod tests {
         assert!(plain.inner.reads.writes.is_none());
     }
 
+    #[test]
+    fn the_read_metrics_are_exported_under_their_names() {
+        let cache = Cache::new(offline_client(), CacheOptions::default());
+        let metrics = crate::runtime::metrics::Metrics::new();
+        cache.register_metrics(&metrics);
+        let kind = vec![("kind".to_owned(), "v1/ConfigMap".to_owned())];
+        cache
+            .inner
+            .reads
+            .metrics
+            .timeouts
+            .get_or_create(&kind)
+            .inc();
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                r#"controller_runtime_cache_read_your_writes_timeouts_total{kind="v1/ConfigMap"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("controller_runtime_cache_read_your_writes_wait_seconds_count 0"),
+            "{text}"
+        );
+    }
+
     #[tokio::test]
     async fn the_task_local_switch_turns_the_wait_off_for_its_future_only() {
         assert!(reads_wait_for_writes());

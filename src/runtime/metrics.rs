@@ -16,6 +16,8 @@
 //! | `rest_client_requests_total` | counter | `code`, `method`, `host` | the client, through [`Metrics::request_observer`] |
 //! | `rest_client_request_duration_seconds` | histogram | `verb`, `host` | the client, through [`Metrics::request_observer`] |
 //! | `leader_election_master_status` | gauge | `name` | [`LeaderStatus::set`] |
+//! | `controller_runtime_cache_read_your_writes_timeouts_total` | counter | `kind` | cache reads that stopped waiting for the manager's own writes (see [`cache`](super::cache)) |
+//! | `controller_runtime_cache_read_your_writes_wait_seconds` | histogram | none | how long cache reads waited for the manager's own writes |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | as Prometheus' process collector | none | `/proc`, read at each scrape (Linux only) |
 //!
 //! Every series of a controller starts at zero when the controller is registered, as
