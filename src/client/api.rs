@@ -429,7 +429,7 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
 impl<K> Api<K> {
     /// Sends the write `req` (of the object `name`, if the path names one) and decodes the
     /// answer; a client recording its writes ([`Client::recording_writes`]) notes it.
-    pub(crate) async fn write<T: DeserializeOwned>(
+    async fn write<T: DeserializeOwned>(
         &self,
         req: Req,
         name: Option<&str>,

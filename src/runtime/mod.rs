@@ -8,8 +8,10 @@
 //!   [`Metrics`] and every controller; starts them in controller-runtime's order (servers,
 //!   caches, leader election, controllers) and stops them gracefully on SIGINT/SIGTERM.
 //! * [`Cache`] and [`Store<K>`] — one informer per kind and namespace, holding each object
-//!   once as [`Raw`](crate::client::Raw) JSON; typed reads return `Arc<K>`, decoded on the
-//!   first read of each object version and kept.
+//!   once as [`Raw`](crate::client::Raw) JSON; typed reads return `Arc<K>`, decoded afresh
+//!   (or kept, with [`CacheOptions::keep_typed`]). Reads wait for the kind's sync and for the
+//!   manager's own writes (read-your-own-writes, on by default: a reconcile that just
+//!   created an object finds it in the cache).
 //! * [`Controller<K>`] — `for` kind `K`, [`owns`](Controller::owns) kinds it controls,
 //!   [`watches`](Controller::watches) others through a mapping, filtered by [`Predicate`]s;
 //!   [`complete`](Controller::complete) hands it to the manager with a reconcile function
