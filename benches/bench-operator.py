@@ -137,7 +137,7 @@ class Run:
         self.rec = {"impl": name, "round": rnd, "namespace": self.ns, "crs": opts.crs,
                     "size": opts.size}
         os.makedirs(os.path.join(OUT_DIR, "logs"), exist_ok=True)
-        self.log_path = os.path.join(OUT_DIR, "logs", f"{name}-round{rnd}.log")
+        self.log_path = os.path.join(OUT_DIR, "logs", f"{slug}-round{rnd}.log")
         self.proc = None
         self.done = False
 

@@ -429,11 +429,7 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
 impl<K> Api<K> {
     /// Sends the write `req` (of the object `name`, if the path names one) and decodes the
     /// answer; a client recording its writes ([`Client::recording_writes`]) notes it.
-    async fn write<T: DeserializeOwned>(
-        &self,
-        req: Req,
-        name: Option<&str>,
-    ) -> Result<T> {
+    async fn write<T: DeserializeOwned>(&self, req: Req, name: Option<&str>) -> Result<T> {
         let what = format!("the response to {} {}", req.method, req.path);
         let deleting = req.method == Method::DELETE;
         let (_, body) = self.client.request_body(req).await?;

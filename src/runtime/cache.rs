@@ -587,16 +587,6 @@ struct Part<K> {
     seen: watch::Receiver<u64>,
 }
 
-impl<K> Clone for Part<K> {
-    fn clone(&self) -> Self {
-        Part {
-            namespace: self.namespace.clone(),
-            informer: self.informer.clone(),
-            seen: self.seen.clone(),
-        }
-    }
-}
-
 /// What every store of one cache shares for its reads.
 struct Reads {
     /// The manager client's write log; `None` when read-your-own-writes is off.
