@@ -112,6 +112,9 @@ IMG ?= controller:latest
 DEPLOY_DIR := $(CURDIR)/target/deploy
 # Flags for `make run`, e.g. RUN_ARGS="--namespace=demo --log-level=debug".
 RUN_ARGS ?=
+# Flags for `make bench-runtime` and `make bench-operator`, e.g. BENCH_ARGS=--read-your-writes
+# (each also with read-your-own-writes the other way: ours off, controller-runtime's on).
+BENCH_ARGS ?=
 
 ## install: install the Memcached CRD into the current kubeconfig's cluster
 install:
@@ -185,14 +188,14 @@ bench-informer:
 ## ConfigMaps on the local cluster (starts it if needed, seeds, 7 rounds); last line
 ## `runtime ours/controller-runtime: start-to-all-reconciled X.XX, rss Y.YY`. See BENCHMARKS.md
 bench-runtime:
-	python3 benches/bench-runtime.py
+	python3 benches/bench-runtime.py $(BENCH_ARGS)
 
 ## bench-operator: the Memcached operator against the same operator on controller-runtime, on the
 ## local cluster (starts it if needed; 3 alternating rounds: start, 200 size patches, 1,000
 ## Memcacheds); last line `operator ours/controller-runtime: p99 X.XX, rss Y.YY, start Z.ZZ`.
 ## See BENCHMARKS.md
 bench-operator:
-	python3 benches/bench-operator.py
+	python3 benches/bench-operator.py $(BENCH_ARGS)
 
 ## bench-latency: live edits (20/s) against a restarted controller draining its initial list of
 ## 10,000 ConfigMaps, ours against controller-runtime's priority queue, on the local cluster

@@ -4,7 +4,7 @@
 Builds our operator (cmd/memcached-operator) as the image ships it (`hack/build-dist.sh`: the
 `dist` profile, linked statically), the
 driver (cmd/operator-bench, release) and the Go peer (benches/clientgo/cmd/operator-peer: the
-same operator on controller-runtime v0.24.1), makes sure the real local cluster is up (`make cluster`, which leaves a running
+same operator on controller-runtime v0.25.2), makes sure the real local cluster is up (`make cluster`, which leaves a running
 cluster alone), installs the Memcached CRD (`operator-bench install-crd`), then runs
 rounds. In each round both operators run, each with its own namespace, every step done by
 the same driver for both; ours goes first in odd rounds, controller-runtime in even ones:
@@ -58,6 +58,9 @@ DRIVER = harness.release_bin("operator-bench")
 THEIRS = os.path.join(OUT_DIR, "operator-peer")
 PEER = "controller-runtime"
 IMPLS = ["ours", PEER]
+# With --read-your-writes: ours with it off, controller-runtime with it on.
+OURS_NO_RYW = "ours/no-ryw"
+PEER_RYW = f"{PEER}/ryw"
 # Targets: ours at most this fraction of controller-runtime's.
 TARGETS = {"p50_ms": 0.8, "p99_ms": 0.8, "rss_idle_bytes": 0.25, "rss_bytes": 0.25,
            "start_secs": 0.5}
@@ -107,12 +110,15 @@ def operator_command(name, opts, ns, metrics, probes):
     common = ["--kubeconfig", opts.kubeconfig, "--namespace", ns,
               f"--metrics-bind-address=127.0.0.1:{metrics}",
               f"--health-probe-bind-address=127.0.0.1:{probes}"]
-    if name == "ours":
+    if name.startswith("ours"):
         # Plain HTTP metrics, as the peer serves them (both scaffolds default to HTTPS with
         # TokenReview and SubjectAccessReview per scrape).
+        ryw = ["--read-your-writes=false"] if name == OURS_NO_RYW else []
         return [opts.ours_bin, *common, "--metrics-secure=false",
-                f"--kube-api-qps={opts.ours_qps}"]
+                f"--kube-api-qps={opts.ours_qps}", *ryw]
     extra = ["--strip-managed-fields"] if opts.peer_strip else []
+    if name == PEER_RYW:
+        extra.append("--read-your-writes")
     return [THEIRS, *common, "--zap-log-level=info", *extra]
 
 
@@ -126,11 +132,12 @@ class Run:
 
     def __init__(self, name, rnd, opts):
         self.name, self.opts = name, opts
-        self.ns = f"bench-operator-r{rnd}-{'ours' if name == 'ours' else 'cr'}"
+        slug = name.replace(PEER, "cr").replace("/", "-")
+        self.ns = f"bench-operator-r{rnd}-{slug}"
         self.rec = {"impl": name, "round": rnd, "namespace": self.ns, "crs": opts.crs,
                     "size": opts.size}
         os.makedirs(os.path.join(OUT_DIR, "logs"), exist_ok=True)
-        self.log_path = os.path.join(OUT_DIR, "logs", f"{name}-round{rnd}.log")
+        self.log_path = os.path.join(OUT_DIR, "logs", f"{slug}-round{rnd}.log")
         self.proc = None
         self.done = False
 
@@ -274,7 +281,12 @@ def main():
     parser.add_argument("--peer-strip", action="store_true",
                         help="run the peer with --strip-managed-fields "
                              "(cache.TransformStripManagedFields), as our cache does by default")
+    parser.add_argument("--read-your-writes", action="store_true",
+                        help="also run ours with read-your-own-writes off "
+                             "(--read-your-writes=false) and controller-runtime with it on "
+                             "(EnableReadYourWritesConsistency), and report each on and off")
     opts = harness.parse(parser)
+    impls = IMPLS + ([OURS_NO_RYW, PEER_RYW] if opts.read_your_writes else [])
 
     began = time.time()
     if not opts.no_build:
@@ -291,7 +303,7 @@ def main():
             f"({time.time() - began:.0f} s in)")
         return run_round(rnd, order, opts)
 
-    results = harness.run_rounds(out_dir, opts.rounds, IMPLS, one_round, key="impl")
+    results = harness.run_rounds(out_dir, opts.rounds, impls, one_round, key="impl")
     get = results.get
 
     def spread(field):
@@ -314,7 +326,7 @@ def main():
         (f"peak resident memory with {crs} CRs (VmHWM)", "hwm_bytes", fmt_mib),
         (f"{crs} CRs: created → all converged", "converge_secs", fmt_secs),
     ]
-    print(f"Operator: ours vs controller-runtime v0.24.1, medians of {opts.rounds} alternating "
+    print(f"Operator: ours vs controller-runtime v0.25.2, medians of {opts.rounds} alternating "
           f"rounds ({opts.patches} size patches 1↔2; {crs} Memcached resources of size "
           f"{opts.size}; ours with --kube-api-qps={opts.ours_qps:g}"
           f"{'; c-r stripping managedFields' if opts.peer_strip else ''})")
@@ -334,6 +346,17 @@ def main():
         ours, other = get("ours", field), get(PEER, field)
         if ours is not None and other:
             harness.target_line(what, ours / other, TARGETS[field], "controller-runtime")
+    if opts.read_your_writes:
+        print()
+        print("read-your-own-writes: on (ours' default) and off (controller-runtime's default)")
+        header = (f"{'':<48} {'ours on':>10} {'ours off':>10} {'on/off':>8} "
+                  f"{'c-r on':>10} {'c-r off':>10} {'on/off':>8}")
+        harness.print_header(header)
+        for label, field, fmt in rows:
+            on, off = get("ours", field), get(OURS_NO_RYW, field)
+            their_on, their_off = get(PEER_RYW, field), get(PEER, field)
+            print(f"{label:<48} {fmt(on):>10} {fmt(off):>10} {fmt_ratio(on, off):>8} "
+                  f"{fmt(their_on):>10} {fmt(their_off):>10} {fmt_ratio(their_on, their_off):>8}")
     print()
     log(f"bench-operator: done in {time.time() - began:.0f} s")
     ratios = [fmt_ratio(get("ours", f), get(PEER, f)) for f in ("p99_ms", "rss_bytes", "start_secs")]

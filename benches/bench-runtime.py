@@ -2,7 +2,7 @@
 """Head-to-head of our runtime against controller-runtime, in one run: `make bench-runtime`.
 
 Builds `runtime-bench` (cmd/runtime-bench, release) and the Go peer
-(benches/clientgo/cmd/runtime-peer, controller-runtime v0.24.1 on client-go v0.36), makes
+(benches/clientgo/cmd/runtime-peer, controller-runtime v0.25.2 on client-go v0.36), makes
 sure the real local cluster is up (`make cluster`, which leaves a running cluster alone),
 seeds it (`informer-bench seed`: namespace `bench-informer`, 10,000 ConfigMaps; whatever
 exists is kept), runs each program once to warm up (ours counting the namespace's
@@ -47,6 +47,9 @@ SEEDER = harness.release_bin("informer-bench")
 THEIRS = os.path.join(OUT_DIR, "runtime-peer")
 PEER = "controller-runtime"
 IMPLS = ["ours", "ours/keep", PEER, f"{PEER}/strip"]
+# With --read-your-writes: ours with it off, controller-runtime with it on.
+OURS_NO_RYW = "ours/no-ryw"
+PEER_RYW = f"{PEER}/ryw"
 # Targets: ours at most this fraction of controller-runtime's, for both figures.
 TARGET = 0.5
 
@@ -66,11 +69,15 @@ def run(name, opts, expect):
                "--expect", str(expect)]
         if name == "ours/keep":
             cmd.append("--keep-typed")
+        if name == OURS_NO_RYW:
+            cmd.append("--no-read-your-writes")
     else:
         cmd = [THEIRS, "-kubeconfig", opts.kubeconfig, "-namespace", opts.namespace,
                "-expect", str(expect)]
         if name.endswith("/strip"):
             cmd.append("-strip")
+        if name == PEER_RYW:
+            cmd.append("-read-your-writes")
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     wall = None
@@ -96,7 +103,12 @@ def main():
     parser.add_argument("--kubeconfig", default=KUBECONFIG, help="default: the local cluster's")
     parser.add_argument("--namespace", default="bench-informer")
     parser.add_argument("--configmaps", type=int, default=10_000, help="ConfigMaps to seed")
+    parser.add_argument("--read-your-writes", action="store_true",
+                        help="also run ours with read-your-own-writes off "
+                             "(--no-read-your-writes) and controller-runtime with it on "
+                             "(-read-your-writes), and report each on and off")
     opts = harness.parse(parser)
+    impls = IMPLS + ([OURS_NO_RYW, PEER_RYW] if opts.read_your_writes else [])
 
     if not opts.no_build:
         build()
@@ -115,7 +127,7 @@ def main():
 
     one_round = harness.in_turn("bench-runtime", opts.rounds,
                                 lambda name: [run(name, opts, expect)])
-    results = harness.run_rounds(out_dir, opts.rounds, IMPLS, one_round, key="impl")
+    results = harness.run_rounds(out_dir, opts.rounds, impls, one_round, key="impl")
     get, spread = results.get, results.spread
 
     rows = [
@@ -128,7 +140,7 @@ def main():
         ("peak resident memory (VmHWM)", "hwm_bytes", fmt_mib),
     ]
     print(
-        f"Runtime: ours vs controller-runtime v0.24.1, medians of {opts.rounds} alternating "
+        f"Runtime: ours vs controller-runtime v0.25.2, medians of {opts.rounds} alternating "
         f"rounds ({expect:,} ConfigMaps in namespace {opts.namespace}, no-op reconciler)"
     )
     print()
@@ -149,6 +161,17 @@ def main():
             ours, other = get(mine, field), get(theirs, field)
             print(f"{label:<40} {fmt(ours):>10} {fmt(other):>10} "
                   f"{fmt_ratio(ours, other):>10} {spread(field, mine, theirs):>12}")
+    if opts.read_your_writes:
+        print()
+        print("read-your-own-writes: on (ours' default) and off (controller-runtime's default)")
+        header = (f"{'':<40} {'ours on':>10} {'ours off':>10} {'on/off':>8} "
+                  f"{'c-r on':>10} {'c-r off':>10} {'on/off':>8}")
+        harness.print_header(header)
+        for label, field, fmt in rows:
+            on, off = get("ours", field), get(OURS_NO_RYW, field)
+            their_on, their_off = get(PEER_RYW, field), get(PEER, field)
+            print(f"{label:<40} {fmt(on):>10} {fmt(off):>10} {fmt_ratio(on, off):>8} "
+                  f"{fmt(their_on):>10} {fmt(their_off):>10} {fmt_ratio(their_on, their_off):>8}")
     print()
     time_ours, time_theirs = get("ours", "secs"), get(PEER, "secs")
     rss_ours, rss_theirs = get("ours", "rss_bytes"), get(PEER, "rss_bytes")

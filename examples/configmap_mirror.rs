@@ -46,7 +46,8 @@ async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, Reconcil
     }
     let mirrored = ctx
         .secrets
-        .get(ns, name)?
+        .get(ns, name)
+        .await?
         .is_some_and(|secret| same_data(&secret, &cm));
     if !mirrored {
         let secret = Secret {

@@ -67,7 +67,7 @@ async fn mirror(cm: Arc<ConfigMap>, ctx: Arc<Mirror>) -> Result<Action, Reconcil
         return Ok(Action::done());
     }
     let want = cm.data.clone().unwrap_or_default();
-    if let Some(secret) = ctx.secrets.get(ns, name)? {
+    if let Some(secret) = ctx.secrets.get(ns, name).await? {
         let have: BTreeMap<String, String> = secret
             .data
             .clone()
@@ -869,14 +869,14 @@ async fn typed_reads_decode_afresh_unless_the_cache_keeps_typed_forms() {
     fresh.wait_for_sync().await.unwrap();
     keeping.wait_for_sync().await.unwrap();
 
-    let a = fresh_store.get(&ns, "cm").unwrap().unwrap();
-    let b = fresh_store.get(&ns, "cm").unwrap().unwrap();
+    let a = fresh_store.get(&ns, "cm").await.unwrap().unwrap();
+    let b = fresh_store.get(&ns, "cm").await.unwrap().unwrap();
     assert_eq!(a, b);
     assert!(!Arc::ptr_eq(&a, &b), "each read decodes afresh by default");
     assert!(!fresh_store.raw(&ns, "cm").unwrap().is_decoded());
 
-    let a = kept_store.get(&ns, "cm").unwrap().unwrap();
-    let b = kept_store.get(&ns, "cm").unwrap().unwrap();
+    let a = kept_store.get(&ns, "cm").await.unwrap().unwrap();
+    let b = kept_store.get(&ns, "cm").await.unwrap().unwrap();
     assert!(Arc::ptr_eq(&a, &b), "the second read returns the kept form");
 
     // A changed object is a new one: read afresh, then kept again.
@@ -889,18 +889,18 @@ async fn typed_reads_decode_afresh_unless_the_cache_keeps_typed_forms() {
         .await
         .unwrap();
     wait_until("the kept store sees the change", CONVERGE, async || {
-        let cm = kept_store.get(&ns, "cm").unwrap().unwrap();
+        let cm = kept_store.get(&ns, "cm").await.unwrap().unwrap();
         match cm.data.as_ref().unwrap()["v"].as_str() {
             "2" => Ok(()),
             v => Err(format!("v is still {v}")),
         }
     })
     .await;
-    let c = kept_store.get(&ns, "cm").unwrap().unwrap();
+    let c = kept_store.get(&ns, "cm").await.unwrap().unwrap();
     assert!(!Arc::ptr_eq(&a, &c));
     assert!(Arc::ptr_eq(
         &c,
-        &kept_store.get(&ns, "cm").unwrap().unwrap()
+        &kept_store.get(&ns, "cm").await.unwrap().unwrap()
     ));
 
     let _ = stop.send(true);
@@ -945,7 +945,7 @@ async fn a_kind_transform_shapes_what_the_cache_holds_and_other_kinds_stay_whole
     cache.wait_for_sync().await.unwrap();
 
     // The ConfigMap's metadata is there, its data is not; nor are managedFields.
-    let cm = configmaps.get(&ns, "cm").unwrap().unwrap();
+    let cm = configmaps.get(&ns, "cm").await.unwrap().unwrap();
     assert_eq!(cm.metadata.name.as_deref(), Some("cm"));
     assert!(cm.metadata.uid.is_some());
     assert_eq!(cm.data, None);
@@ -953,7 +953,7 @@ async fn a_kind_transform_shapes_what_the_cache_holds_and_other_kinds_stay_whole
     let raw = configmaps.raw(&ns, "cm").unwrap();
     assert!(!raw.json().contains("\"data\""), "{}", raw.json());
     // Another kind keeps its body, stripped of managedFields alone.
-    let s = secrets.get(&ns, "s").unwrap().unwrap();
+    let s = secrets.get(&ns, "s").await.unwrap().unwrap();
     assert_eq!(
         s.data.as_ref().map(|d| d["k"].0.as_slice()),
         Some(&b"v"[..])

@@ -268,7 +268,7 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
     pub async fn create(&self, params: &PostParams, object: &K) -> Result<K> {
         let path = self.collection_path() + params.query().as_str();
         let req = Req::new(Method::POST, path).json_body(to_json(object)?);
-        self.client.request_json(req).await
+        self.write(req, None).await
     }
 
     /// Replaces the object `name` with `object`. If `object` carries a
@@ -305,7 +305,7 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
     pub async fn delete(&self, name: &str, params: &DeleteParams) -> Result<DeleteResult<K>> {
         let path = self.object_path(name, None)?;
         let req = Req::new(Method::DELETE, path).json_body(to_json(params)?);
-        let value: serde_json::Value = self.client.request_json(req).await?;
+        let value: serde_json::Value = self.write(req, Some(name)).await?;
         let failed = |what: &str, source| Error::Decode {
             what: format!("{what} deleting {name}"),
             source,
@@ -404,7 +404,7 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
     ) -> Result<K> {
         let path = self.object_path(name, subresource)? + params.query().as_str();
         let req = Req::new(Method::PUT, path).json_body(to_json(object)?);
-        self.client.request_json(req).await
+        self.write(req, Some(name)).await
     }
 
     async fn patch_sub<P: Serialize>(
@@ -422,7 +422,22 @@ impl<K: DeserializeOwned + Serialize> Api<K> {
         let path = self.object_path(name, subresource)? + params.query().as_str();
         let mut req = Req::new(Method::PATCH, path).json_body(to_json(patch.body())?);
         req.content_type = Some(patch.content_type());
-        self.client.request_json(req).await
+        self.write(req, Some(name)).await
+    }
+}
+
+impl<K> Api<K> {
+    /// Sends the write `req` (of the object `name`, if the path names one) and decodes the
+    /// answer; a client recording its writes ([`Client::recording_writes`]) notes it.
+    async fn write<T: DeserializeOwned>(&self, req: Req, name: Option<&str>) -> Result<T> {
+        let what = format!("the response to {} {}", req.method, req.path);
+        let deleting = req.method == Method::DELETE;
+        let (_, body) = self.client.request_body(req).await?;
+        let answer = codec::decode_json(what, &body)?;
+        if let Some(log) = self.client.write_log() {
+            log.record_answer(&self.resource, self.namespace(), name, deleting, &body);
+        }
+        Ok(answer)
     }
 }
 

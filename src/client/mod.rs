@@ -98,6 +98,7 @@ mod params;
 mod rate_limit;
 mod tls;
 mod watch;
+mod writes;
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -130,6 +131,7 @@ pub use params::{
     Selector, VersionMatch, WatchParams,
 };
 pub use watch::WatchStream;
+pub use writes::{Write, WriteLog, WrittenKey};
 
 use crate::config::{Config, Credentials};
 use codec::{Codec, decode_json};
@@ -242,6 +244,8 @@ impl Default for ClientOptions {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// Where this client notes its writes, if it does ([`Client::recording_writes`]).
+    writes: Option<Arc<WriteLog>>,
 }
 
 type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
@@ -404,7 +408,25 @@ impl Client {
                 observer: options.observer,
                 host,
             }),
+            writes: None,
         })
+    }
+
+    /// This client, noting every write it makes in `log`, which a cache reads to answer
+    /// reads of written objects only once it has seen the writes (read-your-own-writes).
+    /// The manager's client records into the log its cache reads; a client made with
+    /// [`Client::new`] records nothing. Clones share the log; the connection pool is shared
+    /// with `self`.
+    pub fn recording_writes(&self, log: Arc<WriteLog>) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            writes: Some(log),
+        }
+    }
+
+    /// The log this client notes its writes in, if it does.
+    pub fn write_log(&self) -> Option<&Arc<WriteLog>> {
+        self.writes.as_ref()
     }
 
     /// The namespace the configuration names (its context's, or the pod's in-cluster).

@@ -24,21 +24,51 @@
 //! kind, such as [`metadata_only`] for a kind whose spec and status a controller never
 //! reads.
 //!
-//! # Reads are from the cache; writes go to the server
+//! # Reads wait for the sync and for this process's own writes
 //!
-//! A read returns what the watch last delivered, which may be older than a write this
-//! process just made: after `replace` returns resourceVersion 12, the cache may still hold
-//! 11 for a few milliseconds. Two things help:
+//! A read ([`Store::get`], [`list`](Store::list), [`list_in`](Store::list_in),
+//! [`select`](Store::select), [`by_index`](Store::by_index)) is `async` and answers only
+//! once it can answer truly:
 //!
-//! * a write returns the object the server stored; use it (and its resourceVersion) rather
-//!   than re-reading the cache;
-//! * a write from a stale read fails with 409 Conflict (the server checks the
-//!   resourceVersion); return the error to be retried with backoff, or wrap the
-//!   read-modify-write in [`retry_on_conflict`](super::ops::retry_on_conflict), re-reading
-//!   from the API server.
+//! * **after the kind's informer synced.** A read of a kind first used after the start, or
+//!   made before its first list ended, waits for the sync, at most
+//!   [`CacheOptions::sync_timeout`], and then fails with [`CacheError::NotSynced`] naming
+//!   the kind. It never answers "nothing" because nothing was listed yet.
+//! * **after the manager's own writes (read-your-own-writes).** The manager's client notes
+//!   every write it makes ([`WriteLog`]). A read of an object it wrote waits until the
+//!   informer has observed the written `resourceVersion` (or a newer one), or the delete; a
+//!   list of the kind in a namespace, or in all, waits for every write of the kind there.
+//!   Resource versions compare as integers, as Kubernetes 1.35 allows (KEP-5504). The wait
+//!   is bounded by [`CacheOptions::read_your_writes_timeout`]: past it the read answers what
+//!   the cache holds and counts it in
+//!   `controller_runtime_cache_read_your_writes_timeouts_total{kind}`. So a reconcile that
+//!   created a Deployment and runs again at once finds it in the cache, instead of creating
+//!   it a second time.
 //!
-//! A reconcile that returns without writing converges anyway: the watch event of its write
-//! queues the object again, and that reconcile reads the newer state.
+//! Read-your-own-writes is on by default; [`CacheOptions::read_your_writes`] turns it off for
+//! the whole cache, and a controller's `read_your_writes(false)` for that controller's
+//! reconciles ([`without_read_your_writes`] for any other future). Writes through a client
+//! not made by the manager ([`Client::new`]) are not noted, and neither are raw requests
+//! ([`Client::request`]).
+//!
+//! [`Store::now`] reads without waiting, for synchronous places such as an event handler's
+//! mapping function: it answers what the cache holds at this instant, which may be before
+//! the sync and before this process's writes.
+//!
+//! Other writers are not waited for: a read may still be older than the server. A write
+//! from a stale read fails with 409 Conflict (the server checks the resourceVersion); return
+//! the error to be retried with backoff, or wrap the read-modify-write in
+//! [`retry_on_conflict`](super::ops::retry_on_conflict).
+//!
+//! # Implementation Details
+//!
+//! Each informer keeps a *watermark*, its store's resourceVersion
+//! ([`SharedIndexInformer::store_resource_version`]): every event up to it is in its cache. A
+//! waiting read checks each write it waits for against the cache (the cached copy's
+//! resourceVersion, or the object's absence after a delete) and the watermark, and waits for
+//! the watermark to move until every write is seen or its time is up. A task per informer
+//! drops the log's entries as the watermark passes them, so that writes no read looks for
+//! again do not stay in the log.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -48,15 +78,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use informer::{
-    IndexError, IndexFunc, IndexValues, Indexers, InformerError, Lister, SelectorError,
+    IndexError, IndexFunc, IndexValues, Indexers, InformerError, Lister, Object, SelectorError,
     SharedIndexInformer,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
-use crate::client::{ApiResource, Client, Raw, Selector};
+use crate::client::{ApiResource, Client, Raw, Selector, Write, WriteLog, WrittenKey};
 use crate::informers::{FactoryError, InformerFactory, InformerScope};
 
 /// Why a cache read or the cache's start failed.
@@ -83,6 +117,16 @@ pub enum CacheError {
         /// The last list or watch error it met, e.g. a 403 from RBAC.
         last_error: Option<String>,
     },
+    /// A read found the kind's informer not synced, and it did not sync in time.
+    #[error(
+        "cannot read {kind}: its cache has not synced after {after:?} (is its informer started, and can it list the kind?)"
+    )]
+    NotSynced {
+        /// The kind, e.g. `apps/v1/Deployment`.
+        kind: String,
+        /// How long the read waited ([`CacheOptions::sync_timeout`]).
+        after: Duration,
+    },
     /// The cache stopped before it synced.
     #[error("the cache stopped before {informer} synced")]
     Stopped {
@@ -107,16 +151,22 @@ pub enum CacheError {
 #[derive(Clone, Debug)]
 pub struct CacheOptions {
     /// The namespaces whose namespaced objects are cached; empty (the default) caches every
-    /// namespace with one watch per kind. Cluster-scoped kinds are always cached whole.
+    /// namespace with one watch per kind, and so does a list naming `""` (all namespaces, as
+    /// in controller-runtime). Cluster-scoped kinds are always cached whole.
     pub namespaces: Vec<String>,
     /// Drop `metadata.managedFields` from cached objects. Default true.
     pub strip_managed_fields: bool,
     /// How often every handler is told about every cached object again; zero (the default)
     /// never. controller-runtime's `SyncPeriod`.
     pub resync: Duration,
-    /// How long [`Cache::wait_for_sync`] waits for each informer. Default 2 minutes, as
-    /// controller-runtime's `CacheSyncTimeout`.
+    /// How long [`Cache::wait_for_sync`] waits for each informer, and a read for the
+    /// informer of its kind. Default 2 minutes, as controller-runtime's `CacheSyncTimeout`.
     pub sync_timeout: Duration,
+    /// Reads wait for the manager's own writes (see the [module docs](self)). Default true.
+    pub read_your_writes: bool,
+    /// How long a read waits for the manager's own writes before it answers what the cache
+    /// holds (and counts a timeout). Default 5 seconds.
+    pub read_your_writes_timeout: Duration,
     /// Per-kind label and field selectors, by (group, kind); set with
     /// [`select`](Self::select).
     pub selectors: HashMap<(&'static str, &'static str), Selector>,
@@ -171,6 +221,8 @@ impl Default for CacheOptions {
             strip_managed_fields: true,
             resync: Duration::ZERO,
             sync_timeout: Duration::from_secs(120),
+            read_your_writes: true,
+            read_your_writes_timeout: Duration::from_secs(5),
             selectors: HashMap::new(),
             keep_typed: false,
             transforms: HashMap::new(),
@@ -232,6 +284,12 @@ struct Inner {
     /// One factory, for all namespaces or for each cached namespace.
     factories: Vec<InformerFactory>,
     options: CacheOptions,
+    /// The cached namespaces, one per factory; empty for all.
+    namespaces: Vec<String>,
+    /// What every store's reads share: the write log, the bounds, the metrics.
+    reads: Arc<Reads>,
+    /// The informers whose log entries a task prunes ([`prune`]), by name.
+    pruned: Mutex<std::collections::HashSet<String>>,
     /// The informers made so far, for waiting and naming, with their last error.
     informers: Mutex<Vec<Tracked>>,
     /// Set once started: the shutdown later informers start with.
@@ -272,8 +330,25 @@ impl fmt::Debug for Cache {
 }
 
 impl Cache {
-    /// A cache over `client` with `options`; nothing is listed until it starts.
+    /// A cache over `client` with `options`; nothing is listed until it starts. If `client`
+    /// records its writes ([`Client::recording_writes`]) and
+    /// [`CacheOptions::read_your_writes`] is on, reads wait for those writes.
     pub fn new(client: Client, options: CacheOptions) -> Self {
+        // "" is every namespace, as in controller-runtime.
+        let namespaces = if options.namespaces.iter().any(String::is_empty) {
+            Vec::new()
+        } else {
+            options.namespaces.clone()
+        };
+        let reads = Arc::new(Reads {
+            writes: client
+                .write_log()
+                .filter(|_| options.read_your_writes)
+                .cloned(),
+            sync_timeout: options.sync_timeout,
+            timeout: options.read_your_writes_timeout,
+            metrics: ReadMetrics::default(),
+        });
         let factory = |namespace: Option<&str>| {
             let mut factory = InformerFactory::new(client.clone()).resync(options.resync);
             if let Some(metrics) = &options.informer_metrics {
@@ -287,19 +362,18 @@ impl Cache {
             }
             factory
         };
-        let factories = if options.namespaces.is_empty() {
+        let factories = if namespaces.is_empty() {
             vec![factory(None)]
         } else {
-            options
-                .namespaces
-                .iter()
-                .map(|ns| factory(Some(ns)))
-                .collect()
+            namespaces.iter().map(|ns| factory(Some(ns))).collect()
         };
         Cache {
             inner: Arc::new(Inner {
                 factories,
                 options,
+                namespaces,
+                reads,
+                pruned: Mutex::new(Default::default()),
                 informers: Mutex::new(Vec::new()),
                 started: Mutex::new(None),
             }),
@@ -330,23 +404,65 @@ impl Cache {
         for factory in factories {
             let informer = factory.try_informer::<Raw<K>>()?;
             let namespace = namespaced
-                .then(|| self.inner.options.namespaces.get(parts.len()).cloned())
+                .then(|| self.inner.namespaces.get(parts.len()).cloned())
                 .flatten();
             if !informer.is_started() && self.track(&informer, namespace.clone()) {
                 made = true;
             }
+            let seen = self.watermark(&informer, namespace.as_deref());
             parts.push(Part {
                 namespace,
                 informer,
+                seen,
             });
         }
         if made && let Some(stopping) = self.inner.started.lock().clone() {
             self.start_factories(stopping);
         }
+        if let Some(log) = &self.inner.reads.writes {
+            log.watch_kind(K::GROUP, K::KIND);
+        }
         Ok(Store {
             parts: parts.into(),
             keep: self.inner.options.keep_typed,
+            reads: self.inner.reads.clone(),
         })
+    }
+
+    /// The watermark of `informer` (its store's resourceVersion: every event up to it is in
+    /// its cache), and, the first time with a write log, a task that prunes the log as it
+    /// moves ([`prune`]; only inside a tokio runtime: without one, reads alone prune).
+    fn watermark<K: CachedKind>(
+        &self,
+        informer: &Arc<SharedIndexInformer<Raw<K>>>,
+        namespace: Option<&str>,
+    ) -> watch::Receiver<u64> {
+        let seen = informer.watch_store_resource_version();
+        if let Some(log) = &self.inner.reads.writes
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            && self.inner.pruned.lock().insert(informer.name().to_owned())
+        {
+            let weak = Arc::downgrade(informer);
+            let namespace = namespace.map(str::to_owned);
+            runtime.spawn(prune(weak, namespace, seen.clone(), log.clone()));
+        }
+        seen
+    }
+
+    /// Registers the cache's read metrics in `metrics`: the read-your-own-writes timeouts
+    /// per kind and the time reads waited for writes.
+    pub(crate) fn register_metrics(&self, metrics: &super::metrics::Metrics) {
+        let reads = &self.inner.reads.metrics;
+        metrics.register(
+            "controller_runtime_cache_read_your_writes_timeouts",
+            "Cache reads that stopped waiting for the manager's own writes and answered what the cache held, per kind",
+            reads.timeouts.clone(),
+        );
+        metrics.register(
+            "controller_runtime_cache_read_your_writes_wait_seconds",
+            "How long cache reads waited for the manager's own writes, for reads that had any to wait for",
+            reads.waited.clone(),
+        );
     }
 
     /// Registers a new informer for waiting and error reporting, and sets its transform.
@@ -475,19 +591,132 @@ struct Part<K> {
     /// The namespace it caches, when the cache is limited to namespaces.
     namespace: Option<String>,
     informer: Arc<SharedIndexInformer<Raw<K>>>,
+    /// The informer's watermark ([`Cache::watermark`]).
+    seen: watch::Receiver<u64>,
+}
+
+/// What every store of one cache shares for its reads.
+struct Reads {
+    /// The manager client's write log; `None` when read-your-own-writes is off.
+    writes: Option<Arc<WriteLog>>,
+    /// How long a read waits for its kind to sync.
+    sync_timeout: Duration,
+    /// How long a read waits for the manager's own writes.
+    timeout: Duration,
+    metrics: ReadMetrics,
+}
+
+/// The cache's read metrics; see [`Cache::register_metrics`].
+#[derive(Clone)]
+struct ReadMetrics {
+    timeouts: Family<Vec<(String, String)>, Counter>,
+    waited: Histogram,
+}
+
+impl Default for ReadMetrics {
+    fn default() -> Self {
+        ReadMetrics {
+            timeouts: Family::default(),
+            // 1 ms to about 8 s.
+            waited: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+        }
+    }
+}
+
+tokio::task_local! {
+    /// Whether reads made by this task wait for the manager's own writes; unset is yes.
+    static READ_YOUR_WRITES: bool;
+}
+
+/// Runs `future` with cache reads that do not wait for the manager's own writes (they still
+/// wait for the sync): for a piece of code that reads the cache right after writing and
+/// wants what the cache holds, not what it wrote. A controller's
+/// `read_your_writes(false)` does this around each of its reconciles.
+pub async fn without_read_your_writes<F: Future>(future: F) -> F::Output {
+    READ_YOUR_WRITES.scope(false, future).await
+}
+
+/// Runs `future` with read-your-own-writes as `enabled` says (a controller's setting).
+pub(crate) async fn with_read_your_writes<F: Future>(enabled: bool, future: F) -> F::Output {
+    READ_YOUR_WRITES.scope(enabled, future).await
+}
+
+fn reads_wait_for_writes() -> bool {
+    READ_YOUR_WRITES.try_with(|on| *on).unwrap_or(true)
+}
+
+/// Drops the entries of kind `K` in `log` that the cache of `informer` shows observed, each
+/// time its watermark moves, so that writes nobody reads back do not stay in the log. Ends
+/// with the informer.
+async fn prune<K: CachedKind>(
+    informer: std::sync::Weak<SharedIndexInformer<Raw<K>>>,
+    namespace: Option<String>,
+    mut seen: watch::Receiver<u64>,
+    log: Arc<WriteLog>,
+) {
+    while seen.changed().await.is_ok() {
+        let Some(informer) = informer.upgrade() else {
+            return;
+        };
+        let watermark = *seen.borrow_and_update();
+        let part = Part {
+            namespace: namespace.clone(),
+            informer,
+            seen: seen.clone(),
+        };
+        for (key, write) in log.pending(K::GROUP, K::KIND, namespace.as_deref(), None) {
+            if observed(&part, &key, &write, watermark) {
+                log.observed(K::GROUP, K::KIND, &key, &write);
+            }
+        }
+    }
+}
+
+/// Whether `part` shows the write of `key` observed: its watermark or its cached copy is at
+/// the written resourceVersion or newer, or, for a delete, it no longer holds the object
+/// deleted.
+fn observed<K: CachedKind>(
+    part: &Part<K>,
+    key: &WrittenKey,
+    write: &Write,
+    watermark: u64,
+) -> bool {
+    let lister = part.informer.lister();
+    let cached = if key.0.is_empty() {
+        lister.get(&key.1)
+    } else {
+        lister.namespaced(&key.0).get(&key.1)
+    };
+    if write.gone {
+        return match cached {
+            None => true,
+            Some(obj) => write.uid.is_some() && write.uid != uid_of(&obj),
+        };
+    }
+    let cached_rv = cached
+        .as_ref()
+        .and_then(|obj| obj.resource_version()?.parse::<u64>().ok());
+    watermark >= write.resource_version || cached_rv.is_some_and(|rv| rv >= write.resource_version)
+}
+
+/// The `metadata.uid` of a cached object.
+fn uid_of<K>(obj: &Raw<K>) -> Option<String> {
+    obj.meta().ok()?.uid.map(|u| u.into_owned())
 }
 
 /// Typed reads of one kind from the cache: `Arc<K>`s decoded from the cached JSON, and kept
 /// beside it if [`CacheOptions::keep_typed`] says so.
 ///
-/// Obtained from [`Cache::store`] (or the manager's `store`). Cheap to clone.
+/// Reads are `async`: they wait for the kind's informer to sync and for the manager's own
+/// writes of the kind (see the [module docs](self)); [`now`](Self::now) reads without
+/// waiting. Obtained from [`Cache::store`] (or the manager's `store`). Cheap to clone.
 ///
 /// ```no_run
 /// # use controller_runtime::runtime::cache::{Cache, CacheError};
 /// use k8s_openapi::api::apps::v1::Deployment;
-/// # fn run(cache: &Cache) -> Result<(), CacheError> {
+/// # async fn run(cache: &Cache) -> Result<(), CacheError> {
 /// let deployments = cache.store::<Deployment>()?;
-/// if let Some(web) = deployments.get("prod", "web")? {
+/// if let Some(web) = deployments.get("prod", "web").await? {
 ///     println!("{:?}", web.spec.as_ref().and_then(|s| s.replicas));
 /// }
 /// # Ok(())
@@ -497,6 +726,7 @@ pub struct Store<K> {
     parts: Arc<[Part<K>]>,
     /// Whether reads keep the typed form beside the JSON ([`CacheOptions::keep_typed`]).
     keep: bool,
+    reads: Arc<Reads>,
 }
 
 impl<K> Clone for Store<K> {
@@ -504,6 +734,7 @@ impl<K> Clone for Store<K> {
         Store {
             parts: self.parts.clone(),
             keep: self.keep,
+            reads: self.reads.clone(),
         }
     }
 }
@@ -524,17 +755,44 @@ impl<K: Send + Sync + 'static> fmt::Debug for Store<K> {
     }
 }
 
+/// The reads of a [`Store`] that do not wait: what the cache holds at this instant, perhaps
+/// before the kind's informer synced and before the manager's own latest writes are in it.
+/// For synchronous places, such as a `watches` mapping or an index function; a reconcile
+/// reads through the waiting [`Store`] methods. Obtained from [`Store::now`].
+pub struct StoreNow<'a, K> {
+    store: &'a Store<K>,
+}
+
 impl<K: CachedKind> Store<K> {
+    /// Reads without waiting; see [`StoreNow`].
+    ///
+    /// ```no_run
+    /// # use controller_runtime::runtime::Store;
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # fn map(configmaps: &Store<ConfigMap>) -> Result<(), controller_runtime::runtime::CacheError> {
+    /// let held = configmaps.now().get("prod", "settings")?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn now(&self) -> StoreNow<'_, K> {
+        StoreNow { store: self }
+    }
+
     /// The object `namespace/name` (`name` alone, with `namespace` empty, for a
-    /// cluster-scoped kind).
+    /// cluster-scoped kind), once the kind synced and the cache holds the manager's own
+    /// writes of it.
     ///
     /// # Errors
     ///
+    /// [`CacheError::NotSynced`] if the kind's informer does not sync in time;
     /// [`CacheError::Decode`] if the cached object does not decode into `K`.
-    pub fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<K>>, CacheError> {
-        self.raw(namespace, name)
-            .map(|raw| self.typed(&raw))
-            .transpose()
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a cancelled read leaves the write log as it was.
+    pub async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<K>>, CacheError> {
+        self.ready(Some(namespace), Some(name)).await?;
+        self.now().get(namespace, name)
     }
 
     /// The object under `key` (`namespace/name` or `name`).
@@ -542,12 +800,61 @@ impl<K: CachedKind> Store<K> {
     /// # Errors
     ///
     /// As [`get`](Self::get).
-    pub fn get_key(&self, key: &str) -> Result<Option<Arc<K>>, CacheError> {
+    pub async fn get_key(&self, key: &str) -> Result<Option<Arc<K>>, CacheError> {
         let (namespace, name) = informer::split_key(key).unwrap_or(("", key));
-        self.get(namespace, name)
+        self.get(namespace, name).await
     }
 
-    /// The cached JSON of `namespace/name`, for reading routing facts without a decode.
+    /// Every cached object, once the kind synced and the cache holds the manager's own
+    /// writes of it.
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get), for the first object that does not decode.
+    pub async fn list(&self) -> Result<Vec<Arc<K>>, CacheError> {
+        self.ready(None, None).await?;
+        self.now().list()
+    }
+
+    /// The cached objects in `namespace`, once the kind synced and the cache holds the
+    /// manager's own writes of it in `namespace`.
+    ///
+    /// # Errors
+    ///
+    /// As [`list`](Self::list).
+    pub async fn list_in(&self, namespace: &str) -> Result<Vec<Arc<K>>, CacheError> {
+        self.ready(Some(namespace), None).await?;
+        self.now().list_in(namespace)
+    }
+
+    /// The cached objects whose labels match `selector`, in `namespace` or (with `None`)
+    /// everywhere, waiting as [`list_in`](Self::list_in) or [`list`](Self::list) do.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::Selector`] for an invalid selector; otherwise as [`list`](Self::list).
+    pub async fn select(
+        &self,
+        namespace: Option<&str>,
+        selector: &LabelSelector,
+    ) -> Result<Vec<Arc<K>>, CacheError> {
+        self.ready(namespace, None).await?;
+        self.now().select(namespace, selector)
+    }
+
+    /// The cached objects whose index `index` holds `value`, waiting as
+    /// [`list`](Self::list) does.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::Index`] if there is no such index; otherwise as [`list`](Self::list).
+    pub async fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<K>>, CacheError> {
+        self.ready(None, None).await?;
+        self.now().by_index(index, value)
+    }
+
+    /// The cached JSON of `namespace/name`, for reading routing facts without a decode; it
+    /// does not wait, as [`now`](Self::now).
     pub fn raw(&self, namespace: &str, name: &str) -> Option<Arc<Raw<K>>> {
         let part = self.part_for(namespace)?;
         let lister = part.informer.lister();
@@ -556,80 +863,6 @@ impl<K: CachedKind> Store<K> {
         } else {
             lister.namespaced(namespace).get(name)
         }
-    }
-
-    /// Every cached object.
-    ///
-    /// # Errors
-    ///
-    /// As [`get`](Self::get), for the first object that does not decode.
-    pub fn list(&self) -> Result<Vec<Arc<K>>, CacheError> {
-        let mut out = Vec::new();
-        for part in self.parts.iter() {
-            for raw in part.informer.lister().list() {
-                out.push(self.typed(&raw)?);
-            }
-        }
-        Ok(out)
-    }
-
-    /// The cached objects in `namespace`.
-    ///
-    /// # Errors
-    ///
-    /// As [`list`](Self::list).
-    pub fn list_in(&self, namespace: &str) -> Result<Vec<Arc<K>>, CacheError> {
-        let Some(part) = self.part_for(namespace) else {
-            return Ok(Vec::new());
-        };
-        part.informer
-            .lister()
-            .namespaced(namespace)
-            .list()
-            .iter()
-            .map(|raw| self.typed(raw))
-            .collect()
-    }
-
-    /// The cached objects whose labels match `selector`, in `namespace` or (with `None`)
-    /// everywhere.
-    ///
-    /// # Errors
-    ///
-    /// [`CacheError::Selector`] for an invalid selector; otherwise as [`list`](Self::list).
-    pub fn select(
-        &self,
-        namespace: Option<&str>,
-        selector: &LabelSelector,
-    ) -> Result<Vec<Arc<K>>, CacheError> {
-        let mut out = Vec::new();
-        for part in self.parts.iter() {
-            let lister = part.informer.lister();
-            let found = match namespace {
-                Some(ns) if part.covers(ns) => lister.namespaced(ns).select(selector)?,
-                Some(_) => continue,
-                None => lister.select(selector)?,
-            };
-            for raw in found {
-                out.push(self.typed(&raw)?);
-            }
-        }
-        Ok(out)
-    }
-
-    /// The cached objects whose index `index` holds `value`.
-    ///
-    /// # Errors
-    ///
-    /// [`CacheError::Index`] if there is no such index; otherwise as [`list`](Self::list).
-    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<K>>, CacheError> {
-        let mut out = Vec::new();
-        for part in self.parts.iter() {
-            for raw in part.informer.lister().by_index(index, value)? {
-                out.push(self.typed(&raw)?);
-            }
-        }
-        Ok(out)
     }
 
     /// Adds an index named `name`: `f` gives the values an object is indexed under. It sees
@@ -686,6 +919,180 @@ impl<K: CachedKind> Store<K> {
     fn part_for(&self, namespace: &str) -> Option<&Part<K>> {
         self.parts.iter().find(|p| p.covers(namespace))
     }
+
+    /// Waits until the informers a read of `namespace` (all with `None`) looks at have
+    /// synced, then until the cache holds the manager's own writes there (of `name`, if
+    /// given), within their bounds.
+    async fn ready(&self, namespace: Option<&str>, name: Option<&str>) -> Result<(), CacheError> {
+        let looked_at = |p: &&Part<K>| namespace.is_none_or(|ns| p.covers(ns));
+        for part in self.parts.iter().filter(looked_at) {
+            if !part.informer.has_synced() {
+                let after = self.reads.sync_timeout;
+                if tokio::time::timeout(after, part.informer.wait_synced())
+                    .await
+                    .is_err()
+                {
+                    let kind = kind_name::<K>();
+                    return Err(CacheError::NotSynced { kind, after });
+                }
+            }
+        }
+        if let Some(log) = &self.reads.writes
+            && reads_wait_for_writes()
+        {
+            self.settle(log, namespace, name).await;
+        }
+        Ok(())
+    }
+
+    /// Waits until every write of the log in scope is observed by the cache, or the read's
+    /// time is up; drops the entries seen observed, and on time-out those waited for.
+    async fn settle(&self, log: &WriteLog, namespace: Option<&str>, name: Option<&str>) {
+        let mut pending = log.pending(K::GROUP, K::KIND, namespace, name);
+        if pending.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let deadline = started + self.reads.timeout;
+        let mut timed_out = false;
+        for part in self.parts.iter() {
+            let mut seen = part.seen.clone();
+            loop {
+                let watermark = *seen.borrow_and_update();
+                let mut left = false;
+                pending.retain(|(key, write)| match self.part_for(&key.0) {
+                    Some(p) if !std::ptr::eq(p, part) => true,
+                    Some(_) if !observed(part, key, write, watermark) => {
+                        left = true;
+                        true
+                    }
+                    // Observed, or in a namespace no informer caches: nothing to wait for.
+                    _ => {
+                        log.observed(K::GROUP, K::KIND, key, write);
+                        false
+                    }
+                });
+                if !left {
+                    break;
+                }
+                match tokio::time::timeout_at(deadline, seen.changed()).await {
+                    Ok(Ok(())) => {}
+                    // The time is up, or the informer is gone: answer what is there.
+                    Ok(Err(_)) | Err(_) => {
+                        timed_out = true;
+                        break;
+                    }
+                }
+            }
+            if timed_out {
+                break;
+            }
+        }
+        let metrics = &self.reads.metrics;
+        if timed_out {
+            // Waited for once: a later read answers at once rather than wait again.
+            for (key, write) in &pending {
+                log.observed(K::GROUP, K::KIND, key, write);
+            }
+            let kind = vec![("kind".to_owned(), kind_name::<K>())];
+            metrics.timeouts.get_or_create(&kind).inc();
+        }
+        metrics.waited.observe(started.elapsed().as_secs_f64());
+    }
+}
+
+impl<K: CachedKind> StoreNow<'_, K> {
+    /// The object `namespace/name` as the cache holds it now.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::Decode`] if the cached object does not decode into `K`.
+    pub fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<K>>, CacheError> {
+        (self.store.raw(namespace, name))
+            .map(|raw| self.store.typed(&raw))
+            .transpose()
+    }
+
+    /// The object under `key` (`namespace/name` or `name`) as the cache holds it now.
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get).
+    pub fn get_key(&self, key: &str) -> Result<Option<Arc<K>>, CacheError> {
+        let (namespace, name) = informer::split_key(key).unwrap_or(("", key));
+        self.get(namespace, name)
+    }
+
+    /// Every object the cache holds now.
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get), for the first object that does not decode.
+    pub fn list(&self) -> Result<Vec<Arc<K>>, CacheError> {
+        let mut out = Vec::new();
+        for part in self.store.parts.iter() {
+            for raw in part.informer.lister().list() {
+                out.push(self.store.typed(&raw)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The objects in `namespace` the cache holds now.
+    ///
+    /// # Errors
+    ///
+    /// As [`list`](Self::list).
+    pub fn list_in(&self, namespace: &str) -> Result<Vec<Arc<K>>, CacheError> {
+        let Some(part) = self.store.part_for(namespace) else {
+            return Ok(Vec::new());
+        };
+        (part.informer.lister().namespaced(namespace).list())
+            .iter()
+            .map(|raw| self.store.typed(raw))
+            .collect()
+    }
+
+    /// The objects whose labels match `selector`, in `namespace` or (with `None`)
+    /// everywhere, that the cache holds now.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::Selector`] for an invalid selector; otherwise as [`list`](Self::list).
+    pub fn select(
+        &self,
+        namespace: Option<&str>,
+        selector: &LabelSelector,
+    ) -> Result<Vec<Arc<K>>, CacheError> {
+        let mut out = Vec::new();
+        for part in self.store.parts.iter() {
+            let lister = part.informer.lister();
+            let found = match namespace {
+                Some(ns) if part.covers(ns) => lister.namespaced(ns).select(selector)?,
+                Some(_) => continue,
+                None => lister.select(selector)?,
+            };
+            for raw in found {
+                out.push(self.store.typed(&raw)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The objects whose index `index` holds `value`, that the cache holds now.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::Index`] if there is no such index; otherwise as [`list`](Self::list).
+    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<K>>, CacheError> {
+        let mut out = Vec::new();
+        for part in self.store.parts.iter() {
+            for raw in part.informer.lister().by_index(index, value)? {
+                out.push(self.store.typed(&raw)?);
+            }
+        }
+        Ok(out)
+    }
 }
 
 impl<K> Part<K> {
@@ -725,6 +1132,110 @@ mod tests {
     fn raw() -> Raw<ConfigMap> {
         Raw::from_json(r#"{"metadata":{"name":"web","namespace":"prod"},"data":{"a":"1"}}"#)
             .unwrap()
+    }
+
+    fn offline_client() -> Client {
+        let config = crate::config::Config {
+            cluster_url: http::Uri::from_static("http://offline.invalid"),
+            default_namespace: "default".to_owned(),
+            root_certs: Vec::new(),
+            accept_invalid_certs: false,
+            tls_server_name: None,
+            identity: None,
+            auth: crate::config::Auth::None,
+            source: "test".to_owned(),
+        };
+        Client::new(config, Default::default()).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_of_a_kind_that_never_syncs_fails_naming_it_never_answers_empty() {
+        let options = CacheOptions {
+            sync_timeout: Duration::from_secs(3),
+            ..CacheOptions::default()
+        };
+        let cache = Cache::new(offline_client(), options);
+        let store = cache.store::<ConfigMap>().unwrap();
+        let err = store.get("prod", "web").await.unwrap_err();
+        assert!(
+            matches!(&err, CacheError::NotSynced { kind, after }
+                if kind == "v1/ConfigMap" && *after == Duration::from_secs(3)),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("cannot read v1/ConfigMap: its cache has not synced after 3s"),
+            "{err}"
+        );
+        assert!(matches!(
+            store.list().await,
+            Err(CacheError::NotSynced { .. })
+        ));
+        // The read that does not wait answers what is there: nothing yet.
+        assert!(store.now().list().unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_empty_namespace_means_every_namespace() {
+        let options = CacheOptions {
+            namespaces: vec![String::new()],
+            ..CacheOptions::default()
+        };
+        let cache = Cache::new(offline_client(), options);
+        let store = cache.store::<ConfigMap>().unwrap();
+        assert_eq!(store.parts.len(), 1);
+        assert!(store.parts[0].namespace.is_none());
+        assert!(store.part_for("prod").is_some());
+        assert_eq!(cache.informers()[0].namespace, None);
+    }
+
+    #[test]
+    fn a_recording_client_makes_reads_wait_unless_turned_off() {
+        let client = offline_client().recording_writes(Default::default());
+        let on = Cache::new(client.clone(), CacheOptions::default());
+        on.store::<ConfigMap>().unwrap();
+        assert!(on.inner.reads.writes.is_some());
+        let off = CacheOptions {
+            read_your_writes: false,
+            ..CacheOptions::default()
+        };
+        assert!(Cache::new(client, off).inner.reads.writes.is_none());
+        let plain = Cache::new(offline_client(), CacheOptions::default());
+        assert!(plain.inner.reads.writes.is_none());
+    }
+
+    #[test]
+    fn the_read_metrics_are_exported_under_their_names() {
+        let cache = Cache::new(offline_client(), CacheOptions::default());
+        let metrics = crate::runtime::metrics::Metrics::new();
+        cache.register_metrics(&metrics);
+        let kind = vec![("kind".to_owned(), "v1/ConfigMap".to_owned())];
+        cache
+            .inner
+            .reads
+            .metrics
+            .timeouts
+            .get_or_create(&kind)
+            .inc();
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                r#"controller_runtime_cache_read_your_writes_timeouts_total{kind="v1/ConfigMap"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("controller_runtime_cache_read_your_writes_wait_seconds_count 0"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_task_local_switch_turns_the_wait_off_for_its_future_only() {
+        assert!(reads_wait_for_writes());
+        assert!(!without_read_your_writes(async { reads_wait_for_writes() }).await);
+        assert!(with_read_your_writes(true, async { reads_wait_for_writes() }).await);
+        assert!(reads_wait_for_writes());
     }
 
     #[test]

@@ -66,7 +66,7 @@ use workqueue::{
     AddOpts, QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter,
 };
 
-use super::cache::{self, CacheError, CachedKind};
+use super::cache::{self, CacheError, CachedKind, with_read_your_writes};
 use super::manager::{Manager, ManagerError};
 use super::metrics::{ControllerMetrics, ReconcileResult};
 use super::predicate::{self, Event, Predicate};
@@ -336,6 +336,8 @@ pub struct Controller<K> {
     rate_limiter: Option<Box<dyn RateLimiter<Key>>>,
     /// Whether events enter the queue at their priority (see [Priorities](self#priorities)).
     priorities: bool,
+    /// Whether reconciles' cache reads wait for the manager's own writes.
+    read_your_writes: bool,
     /// The RBAC rules declared with [`rbac`](Self::rbac) and inferred from `owns`.
     rules: Vec<Rule>,
     _kind: std::marker::PhantomData<fn() -> K>,
@@ -354,6 +356,7 @@ impl<K: CachedKind> Controller<K> {
             max_concurrent: 1,
             rate_limiter: None,
             priorities: true,
+            read_your_writes: true,
             rules: Vec::new(),
             _kind: std::marker::PhantomData,
         }
@@ -482,6 +485,15 @@ impl<K: CachedKind> Controller<K> {
         self
     }
 
+    /// Whether this controller's cache reads (the object it is called with, and every
+    /// [`Store`](super::Store) read its reconcile makes) wait for the manager's own writes;
+    /// default true. See [read-your-own-writes](super::cache#reads-wait-for-the-sync-and-for-this-processs-own-writes).
+    /// Off, a reconcile may read a copy older than what it just wrote.
+    pub fn read_your_writes(mut self, on: bool) -> Self {
+        self.read_your_writes = on;
+        self
+    }
+
     /// The queue's rate limiter; default controller-runtime's (per key 5 ms doubling to
     /// 1000 s, and 10 per second with bursts of 100 overall).
     pub fn rate_limiter(mut self, limiter: impl RateLimiter<Key> + 'static) -> Self {
@@ -550,13 +562,20 @@ impl<K: CachedKind> Controller<K> {
         for rule in self.rules {
             self.manager.add_rbac(rule);
         }
+        let ryw = self.read_your_writes;
         let reconcile = Arc::new(move |obj, ctx| {
-            Box::pin(reconcile(obj, ctx)) as Pin<Box<dyn Future<Output = _> + Send>>
+            Box::pin(with_read_your_writes(ryw, reconcile(obj, ctx)))
+                as Pin<Box<dyn Future<Output = _> + Send>>
         });
         let workers = Workers {
             name,
             queue,
-            lookup: Arc::new(move |key: &str| store.get_key(key)),
+            lookup: Arc::new(move |key: &str| {
+                let (store, key) = (store.clone(), key.to_owned());
+                Box::pin(with_read_your_writes(ryw, async move {
+                    store.get_key(&key).await
+                }))
+            }),
             reconcile,
             context,
             metrics,
@@ -691,7 +710,7 @@ where
 // === the workers ===
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-type Lookup<K> = Arc<dyn Fn(&str) -> Result<Option<Arc<K>>, CacheError> + Send + Sync>;
+type Lookup<K> = Arc<dyn Fn(&str) -> BoxFuture<Result<Option<Arc<K>>, CacheError>> + Send + Sync>;
 type Reconcile<K, C> =
     Arc<dyn Fn(Arc<K>, Arc<C>) -> BoxFuture<Result<Action, ReconcileError>> + Send + Sync>;
 
@@ -747,7 +766,7 @@ where
     /// Reconciles `key`, handed out at `priority`, once and queues it again as the outcome
     /// asks.
     async fn process(&self, key: &Key, priority: i32) {
-        let object = match (self.lookup)(key) {
+        let object = match (self.lookup)(key).await {
             Ok(Some(object)) => object,
             Ok(None) => {
                 // Deleted (or never cached): nothing to reconcile, nothing to retry.

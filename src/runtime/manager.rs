@@ -240,12 +240,17 @@ impl Manager {
         let client_cert_not_after = config.identity.as_ref().and_then(|i| i.not_after());
         let mut client_options = options.client.clone();
         client_options.observer = Some(metrics.request_observer());
-        let client = Client::new(config, client_options).map_err(ManagerError::Client)?;
+        let mut client = Client::new(config, client_options).map_err(ManagerError::Client)?;
+        if options.cache.read_your_writes {
+            // The cache's reads wait for what this client writes.
+            client = client.recording_writes(Default::default());
+        }
         let mut cache_options = options.cache.clone();
         cache_options
             .informer_metrics
             .get_or_insert_with(|| metrics.informers());
         let cache = Cache::new(client.clone(), cache_options);
+        cache.register_metrics(&metrics);
         let healthz = Checks::new();
         let readyz = Checks::new();
         let synced = cache.clone();

@@ -19,6 +19,8 @@
 //! | `leader_election_master_status` | gauge | `name` | [`LeaderStatus::set`] |
 //! | `informer_queued_items`, `informer_processing_latency_seconds`, `informer_store_resource_version` | as client-go 1.36 | `name` (the informer's) | the cache's informers, through [`Metrics::informers`] |
 //! | `informer_staleness_seconds` | gauge, computed when scraped | `name` | seconds since the informer last heard from the server (a list, a watch event, a bookmark) |
+//! | `controller_runtime_cache_read_your_writes_timeouts_total` | counter | `kind` | cache reads that stopped waiting for the manager's own writes (see [`cache`](super::cache)) |
+//! | `controller_runtime_cache_read_your_writes_wait_seconds` | histogram | none | how long cache reads waited for the manager's own writes |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | as Prometheus' process collector | none | `/proc`, read at each scrape (Linux only) |
 //!
 //! Every series of a controller starts at zero when the controller is registered, as

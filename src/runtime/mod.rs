@@ -8,8 +8,10 @@
 //!   [`Metrics`] and every controller; starts them in controller-runtime's order (servers,
 //!   caches, leader election, controllers) and stops them gracefully on SIGINT/SIGTERM.
 //! * [`Cache`] and [`Store<K>`] — one informer per kind and namespace, holding each object
-//!   once as [`Raw`](crate::client::Raw) JSON; typed reads return `Arc<K>`, decoded on the
-//!   first read of each object version and kept.
+//!   once as [`Raw`](crate::client::Raw) JSON; typed reads return `Arc<K>`, decoded afresh
+//!   (or kept, with [`CacheOptions::keep_typed`]). Reads wait for the kind's sync and for the
+//!   manager's own writes (read-your-own-writes, on by default: a reconcile that just
+//!   created an object finds it in the cache).
 //! * [`Controller<K>`] — `for` kind `K`, [`owns`](Controller::owns) kinds it controls,
 //!   [`watches`](Controller::watches) others through a mapping, filtered by [`Predicate`]s;
 //!   [`complete`](Controller::complete) hands it to the manager with a reconcile function
@@ -68,7 +70,7 @@
 //!
 //! async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
 //!     let (ns, name) = (cm.namespace(), cm.name());
-//!     let current = ctx.secrets.get(ns, name)?;
+//!     let current = ctx.secrets.get(ns, name).await?;
 //!     if current.is_some_and(|s| s.string_data.is_none() && same_data(&s, &cm)) {
 //!         return Ok(Action::done()); // already mirrored
 //!     }
@@ -142,7 +144,8 @@ pub mod status;
 pub mod webhook;
 
 pub use cache::{
-    Cache, CacheError, CacheOptions, CachedInformer, KindTransform, Store, metadata_only,
+    Cache, CacheError, CacheOptions, CachedInformer, KindTransform, Store, StoreNow, metadata_only,
+    without_read_your_writes,
 };
 pub use controller::{Action, Controller, ObjectRef, ReconcileError};
 pub use flags::ManagerArgs;

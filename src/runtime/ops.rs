@@ -520,7 +520,7 @@ fn apply_body<K: Resource + Serialize>(object: &K) -> Result<Value> {
 ///
 /// # async fn run(api: Api<Deployment>, cache: Store<Deployment>, want: Deployment)
 /// #     -> Result<(), Box<dyn std::error::Error>> {
-/// let cached = cache.get("shop", "web")?;
+/// let cached = cache.get("shop", "web").await?;
 /// let (deployment, result) = ops::apply_cached(&api, cached.as_deref(), &want, "shop-operator").await?;
 /// if result != OperationResult::Unchanged {
 ///     println!("{result} {:?}", deployment.metadata.name);

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use controller_runtime::runtime::{ManagerArgs, ManagerOptions};
+use controller_runtime::runtime::{CacheOptions, ManagerArgs, ManagerOptions};
 use memcached_operator::{cache_selectors, crd_yaml, rbac_yaml, setup, webhook};
 
 /// The leader election Lease's name (kubebuilder's `LeaderElectionID`).
@@ -28,6 +28,11 @@ struct Flags {
     /// An image prefix the validating webhook allows (repeatable); none allows any image.
     #[arg(long = "allowed-image-prefix")]
     allowed_image_prefixes: Vec<String>,
+    /// Make cache reads wait for the operator's own writes (read-your-own-writes); `false`
+    /// answers what the cache holds at once, as controller-runtime does by default.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true)]
+    read_your_writes: bool,
 }
 
 /// What the binary can do besides running the operator.
@@ -60,8 +65,12 @@ async fn main() -> ExitCode {
             }
         };
     }
+    let read_your_writes = flags.read_your_writes;
     let cache = |o: ManagerOptions| ManagerOptions {
-        cache: cache_selectors(o.cache),
+        cache: CacheOptions {
+            read_your_writes,
+            ..cache_selectors(o.cache)
+        },
         ..o
     };
     (flags.manager)

@@ -93,7 +93,7 @@ async fn apply(
 ) -> Result<Action, ReconcileError> {
     let (ns, name) = (mc.namespace(), mc.name());
     let want = deployment_for(mc, &ctx.default_image)?;
-    let have = ctx.deployments.get(ns, name)?;
+    let have = ctx.deployments.get(ns, name).await?;
     let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), ns);
     let written = ops::apply_cached(&deployments, have.as_deref(), &want, FIELD_MANAGER).await;
     let deployment = match written {
@@ -119,7 +119,7 @@ async fn apply(
     };
 
     // Pods on their way out (deletion timestamp set) no longer count.
-    let pods = ctx.pods.select(Some(ns), &instance_selector(name))?;
+    let pods = ctx.pods.select(Some(ns), &instance_selector(name)).await?;
     let live = pods
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none());

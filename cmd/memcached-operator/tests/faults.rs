@@ -304,7 +304,11 @@ async fn what_changes_during_a_disconnect_and_compaction_is_reconciled_once_reco
     // deletion queues `vanished` again, and so on until the Memcached informer has relisted
     // too: how many times depends on when each informer reconnects (one to five seen). Each
     // is collected (`settled_as` saw none left). Two caches at different points in time
-    // race so in controller-runtime alike; only reads consistent across kinds would end it.
+    // race so in controller-runtime alike. Read-your-own-writes does not end it: no write of
+    // the operator's is involved. Reads consistent across kinds would, by waiting until the
+    // Memcached informer has observed the resourceVersion the Deployment cache is at; but
+    // an informer of a kind that does not change observes newer versions only at its next
+    // bookmark (about a minute apart), so every such read would wait that long.
     let vanished = created.remove("vanished").unwrap_or(0);
     eprintln!("Deployments created for the Memcached gone in the gap, each collected: {vanished}");
     assert_eq!(

@@ -65,6 +65,22 @@ struct Args {
     /// Keep each object's typed form in the cache once decoded (`CacheOptions::keep_typed`).
     #[arg(long)]
     keep_typed: bool,
+    /// Turn read-your-own-writes off (`CacheOptions::read_your_writes`): reads do not wait
+    /// for the manager's own writes, and its informers carry no watermark handler.
+    #[arg(long)]
+    no_read_your_writes: bool,
+}
+
+impl Args {
+    /// The name the JSON line gives this configuration.
+    fn impl_name(&self) -> &'static str {
+        match (self.keep_typed, self.no_read_your_writes) {
+            (false, false) => "ours",
+            (true, false) => "ours/keep",
+            (false, true) => "ours/no-ryw",
+            (true, true) => "ours/keep/no-ryw",
+        }
+    }
 }
 
 /// What one run measured.
@@ -90,12 +106,12 @@ fn main() -> Result<()> {
         .build()
         .context("building the tokio runtime")?;
     let outcome = runtime.block_on(run(&args, started))?;
-    print_outcome(&outcome, args.keep_typed);
+    print_outcome(&outcome, args.impl_name());
     Ok(())
 }
 
 /// The progress line on stderr and the JSON line on stdout.
-fn print_outcome(outcome: &Outcome, keep_typed: bool) {
+fn print_outcome(outcome: &Outcome, name: &str) {
     eprintln!(
         "ours: {} reconciled in {:.1} ms (manager built at {:.1} ms, cache synced at {:.1} ms), \
          rss {:.1} MiB, peak {:.1} MiB",
@@ -107,7 +123,7 @@ fn print_outcome(outcome: &Outcome, keep_typed: bool) {
         mib(outcome.hwm),
     );
     let line = json!({
-        "impl": if keep_typed { "ours/keep" } else { "ours" },
+        "impl": name,
         "workload": "runtime/configmaps",
         "objects": outcome.reconciled,
         "secs": outcome.elapsed.as_secs_f64(),
@@ -129,6 +145,7 @@ async fn run(args: &Args, started: Instant) -> Result<Outcome> {
         cache: CacheOptions {
             namespaces: vec![args.namespace.clone()],
             keep_typed: args.keep_typed,
+            read_your_writes: !args.no_read_your_writes,
             ..CacheOptions::default()
         },
         client: ClientOptions {
@@ -193,7 +210,7 @@ async fn run(args: &Args, started: Instant) -> Result<Outcome> {
         hwm,
     };
     if args.exit_at_once {
-        print_outcome(&outcome, args.keep_typed);
+        print_outcome(&outcome, args.impl_name());
         std::process::exit(0);
     }
     let _ = stop.send(true);

@@ -441,6 +441,9 @@ const _: () = assert!(std::mem::size_of::<Raw<()>>() == 88);
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct MetaView<'a> {
+    /// `metadata.uid`: tells an object from another of the same name made after it.
+    #[serde(default, borrow)]
+    pub uid: Option<Cow<'a, str>>,
     /// `metadata.generation`: bumped by the server on every change to the spec.
     #[serde(default)]
     pub generation: Option<i64>,

@@ -98,7 +98,10 @@ fn workers(script: &Arc<Script>, max_concurrent: usize) -> (Workers<String, Scri
     let workers = Workers {
         name: "test".to_owned(),
         queue: RateLimitingQueue::new(default_controller_rate_limiter()),
-        lookup: Arc::new(|key: &str| Ok(Some(Arc::new(key.to_owned())))),
+        lookup: Arc::new(|key: &str| {
+            let found = Ok(Some(Arc::new(key.to_owned())));
+            Box::pin(std::future::ready(found)) as BoxFuture<_>
+        }),
         reconcile,
         context: script.clone(),
         metrics: metrics.controller("test", max_concurrent),

@@ -60,6 +60,7 @@ type flags struct {
 	leaderElectionNamespace string
 	namespace, image        string
 	stripManagedFields      bool
+	readYourWrites          bool
 }
 
 // parseFlags reads args (without the program name) into flags and the zap options.
@@ -76,6 +77,7 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (fl
 	}
 	fs.StringVar(&f.image, "memcached-image", image, "the image for Memcached resources that name none (also MEMCACHED_IMAGE)")
 	fs.BoolVar(&f.stripManagedFields, "strip-managed-fields", false, "drop managedFields from cached objects (cache.TransformStripManagedFields), as ours does by default")
+	fs.BoolVar(&f.readYourWrites, "read-your-writes", false, "make cache reads wait for the manager's own writes (client.CacheOptions.EnableReadYourWritesConsistency, experimental and off by default in v0.25), as ours does by default")
 	opts := zap.Options{Development: true}
 	opts.BindFlags(fs)
 	err := fs.Parse(args)
@@ -115,6 +117,7 @@ func main() {
 		LeaderElectionID:        "86f835c3.example.com",
 		LeaderElectionNamespace: f.leaderElectionNamespace,
 		Cache:                   cacheOptions(f),
+		Client:                  client.Options{Cache: &client.CacheOptions{EnableReadYourWritesConsistency: &f.readYourWrites}},
 	})
 	if err != nil {
 		setupLog.Error(err, "unable to start manager")

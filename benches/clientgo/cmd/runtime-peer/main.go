@@ -64,11 +64,13 @@ func main() {
 	timeout := flag.Duration("timeout", 120*time.Second, "give up if not every ConfigMap was reconciled by then")
 	strip := flag.Bool("strip", false, "strip managedFields in the cache (cache.TransformStripManagedFields), as ours does by default")
 	classicQueue := flag.Bool("classic-queue", false, "use client-go's rate-limiting workqueue instead of controller-runtime's default priority queue (for diagnosis; the harness does not)")
+	readYourWrites := flag.Bool("read-your-writes", false, "make the manager's client wait for its own writes in cache reads (client.CacheOptions.EnableReadYourWritesConsistency, experimental and off by default in v0.25)")
 	flag.Parse()
 
 	out, err := run(options{
 		namespace: *namespace, expect: *expect,
 		settle: *settle, timeout: *timeout, strip: *strip, classicQueue: *classicQueue,
+		readYourWrites: *readYourWrites,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "runtime-peer:", err)
@@ -76,7 +78,10 @@ func main() {
 	}
 	impl := "controller-runtime"
 	if *strip {
-		impl = "controller-runtime/strip"
+		impl += "/strip"
+	}
+	if *readYourWrites {
+		impl += "/ryw"
 	}
 	fmt.Fprintf(os.Stderr, "%s: %d reconciled in %.1f ms (manager built at %.1f ms, cache synced at %.1f ms), rss %.1f MiB, peak %.1f MiB\n",
 		impl, out.reconciled, ms(out.elapsed), ms(out.built), ms(out.synced), mib(out.rss), mib(out.hwm))
@@ -93,6 +98,7 @@ type options struct {
 	expect              int
 	settle, timeout     time.Duration
 	strip, classicQueue bool
+	readYourWrites      bool
 }
 
 type outcome struct {
@@ -175,6 +181,7 @@ func run(o options) (outcome, error) {
 		HealthProbeBindAddress: "0",
 		LeaderElection:         false,
 		Cache:                  cacheOptions,
+		Client:                 client.Options{Cache: &client.CacheOptions{EnableReadYourWritesConsistency: &o.readYourWrites}},
 	})
 	if err != nil {
 		return outcome{}, fmt.Errorf("building the manager: %w", err)
