@@ -1070,10 +1070,10 @@ where
     ) -> (Result<T, Failure>, Duration) {
         span.in_scope(|| tracing::debug!("reconciling"));
         let started = Instant::now();
-        let deadline = self.timeout.map(|t| tokio::time::Instant::now() + t);
+        let deadline = self.timeout.map(|t| (tokio::time::Instant::now() + t, t));
         let scope = Scope {
             stop: stop.clone(),
-            deadline,
+            deadline: deadline.map(|(at, _)| at),
         };
         let work = CatchUnwind(Box::pin(SCOPE.scope(scope, work))).instrument(span.clone());
         let work = async {
@@ -1084,11 +1084,11 @@ where
             }
         };
         self.metrics.worker_started();
-        let outcome = match (deadline, self.timeout) {
-            (Some(deadline), Some(timeout)) => tokio::time::timeout_at(deadline, work)
+        let outcome = match deadline {
+            Some((at, timeout)) => tokio::time::timeout_at(at, work)
                 .await
                 .unwrap_or(Err(Failure::Timeout(timeout))),
-            _ => work.await,
+            None => work.await,
         };
         self.metrics.worker_stopped();
         (outcome, started.elapsed())

@@ -193,8 +193,8 @@ enum Registration {
         runnable: Runnable,
         needs_leader: bool,
     },
-    /// An admission webhook server.
-    Webhooks(WebhookServer),
+    /// An admission webhook server (boxed: it is much larger than a runnable).
+    Webhooks(Box<WebhookServer>),
 }
 
 /// Where the manager is in its life, as registrations see it.
@@ -533,7 +533,7 @@ impl Manager {
     ///
     /// [`ManagerError::Stopped`] if the manager is stopping or has stopped.
     pub fn add_webhook_server(&self, server: WebhookServer) -> Result<(), ManagerError> {
-        self.register(Registration::Webhooks(server))
+        self.register(Registration::Webhooks(Box::new(server)))
     }
 
     /// The address the probes are served on, once bound; see
@@ -748,7 +748,11 @@ impl Run {
         let options = &shared.options;
         if let Some(addr) = options.metrics_bind_address {
             let tls = match &options.metrics_secure {
-                Some(secure) => Some(MetricsTls::load(secure).await.map_err(ManagerError::Metrics)?),
+                Some(secure) => Some(
+                    MetricsTls::load(secure)
+                        .await
+                        .map_err(ManagerError::Metrics)?,
+                ),
                 None => None,
             };
             let listener = self.manager.bind("metrics", addr).await?;
@@ -759,13 +763,16 @@ impl Run {
             let stop = self.stopped_all();
             match (tls, &options.metrics_secure) {
                 (Some(tls), Some(secure)) => {
-                    let authorizer =
-                        secure.authorize.then(|| Authorizer::new(self.manager.client()));
-                    let serve = server::serve_metrics_secure(listener, metrics, tls, authorizer, stop);
+                    let authorizer = secure
+                        .authorize
+                        .then(|| Authorizer::new(self.manager.client()));
+                    let serve =
+                        server::serve_metrics_secure(listener, metrics, tls, authorizer, stop);
                     self.servers.spawn(ignore(serve));
                 }
                 _ => {
-                    self.servers.spawn(ignore(server::serve_metrics(listener, metrics, stop)));
+                    self.servers
+                        .spawn(ignore(server::serve_metrics(listener, metrics, stop)));
                 }
             }
         }
@@ -895,7 +902,11 @@ impl Run {
                 needs_leader,
             } => match (&self.stage, needs_leader) {
                 (Stage::Leading(span), _) => {
-                    let span = if needs_leader { span.clone() } else { Span::none() };
+                    let span = if needs_leader {
+                        span.clone()
+                    } else {
+                        Span::none()
+                    };
                     self.spawn(runnable, span);
                 }
                 (Stage::Electing, false) => self.spawn(runnable, Span::none()),
@@ -953,7 +964,13 @@ impl Run {
                 }
                 let _ = self.stop_runnables.send(true);
                 let drained = self.drain().await;
-                if !self.manager.shared.options.graceful_shutdown_timeout.is_zero() {
+                if !self
+                    .manager
+                    .shared
+                    .options
+                    .graceful_shutdown_timeout
+                    .is_zero()
+                {
                     self.manager.flush_events().await;
                 }
                 // The lease is released (if configured) once the controllers have stopped.
@@ -963,7 +980,13 @@ impl Run {
             }
         };
         let _ = self.stop_all.send(true);
-        if self.manager.shared.options.graceful_shutdown_timeout.is_zero() {
+        if self
+            .manager
+            .shared
+            .options
+            .graceful_shutdown_timeout
+            .is_zero()
+        {
             self.servers.detach_all();
         }
         while self.servers.join_next().await.is_some() {}
@@ -1147,6 +1170,54 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_webhook_server_added_after_the_start_is_bound_at_once() {
+        let dir = std::env::temp_dir().join(format!("late-webhooks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let pem = |label: &str, der: &[u8]| {
+            use base64::Engine as _;
+            let text = base64::engine::general_purpose::STANDARD.encode(der);
+            let lines: Vec<&str> = text
+                .as_bytes()
+                .chunks(64)
+                .map(|l| std::str::from_utf8(l).unwrap())
+                .collect();
+            format!(
+                "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+                lines.join("\n")
+            )
+        };
+        std::fs::write(dir.join("tls.crt"), pem("CERTIFICATE", cert.der())).unwrap();
+        let key_pem = pem("PRIVATE KEY", &key.serialize_der());
+        std::fs::write(dir.join("tls.key"), key_pem).unwrap();
+        let manager = manager(Duration::from_secs(30));
+        let (stop, task) = run(&manager);
+        assert_eq!(
+            manager.webhook_addr().await,
+            None,
+            "started without webhooks"
+        );
+        let options = crate::runtime::webhook::WebhookOptions {
+            bind_address: "127.0.0.1:0".parse().unwrap(),
+            cert_dir: dir.clone(),
+            ..Default::default()
+        };
+        manager
+            .add_webhook_server(WebhookServer::new(options))
+            .unwrap();
+        let addr = manager
+            .webhook_addr()
+            .await
+            .expect("the late server is bound");
+        tokio::net::TcpStream::connect(addr).await.unwrap();
+        stop.send(()).unwrap();
+        task.await.unwrap().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
     async fn adding_to_a_stopped_manager_fails_clearly() {
         let manager = manager(Duration::from_secs(30));
         let (stop, task) = run(&manager);
@@ -1162,7 +1233,10 @@ mod tests {
             "the manager is stopping or has stopped; nothing more can be added to it"
         );
         let again = manager.run_until(async {}).await;
-        assert!(matches!(again, Err(ManagerError::AlreadyStarted)), "{again:?}");
+        assert!(
+            matches!(again, Err(ManagerError::AlreadyStarted)),
+            "{again:?}"
+        );
     }
 
     #[tokio::test]
@@ -1186,7 +1260,9 @@ mod tests {
         // The runnable still waits for the gate: the manager did not wait for it.
         task.await.unwrap().unwrap();
         gate.add_permits(1);
-        has_finished.await.expect("the runnable finished on its own");
+        has_finished
+            .await
+            .expect("the runnable finished on its own");
     }
 
     #[tokio::test(start_paused = true)]
@@ -1210,7 +1286,11 @@ mod tests {
             matches!(result, Err(ManagerError::ShutdownTimeout(t)) if t == Duration::from_secs(5)),
             "{result:?}"
         );
-        assert_eq!(dropped.load(Ordering::SeqCst), 1, "the stuck runnable was dropped");
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            1,
+            "the stuck runnable was dropped"
+        );
     }
 
     #[tokio::test]
@@ -1230,8 +1310,13 @@ mod tests {
             })
             .unwrap();
         let result = task.await.unwrap();
-        assert!(matches!(result, Err(ManagerError::EmptyControllerName)), "{result:?}");
-        has_stopped.await.expect("the other runnable was stopped gracefully");
+        assert!(
+            matches!(result, Err(ManagerError::EmptyControllerName)),
+            "{result:?}"
+        );
+        has_stopped
+            .await
+            .expect("the other runnable was stopped gracefully");
         drop(stop);
     }
 
@@ -1242,8 +1327,14 @@ mod tests {
             .named("")
             .complete(reconcile, Arc::new(()));
         let error = empty.unwrap_err();
-        assert!(matches!(error, ManagerError::EmptyControllerName), "{error:?}");
-        assert_eq!(error.to_string(), "a controller needs a name: `named` was given an empty one");
+        assert!(
+            matches!(error, ManagerError::EmptyControllerName),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "a controller needs a name: `named` was given an empty one"
+        );
         Controller::<ConfigMap>::new(&manager)
             .complete(reconcile, Arc::new(()))
             .unwrap();

@@ -899,7 +899,10 @@ mod tests {
             Some(1.0)
         );
         assert_eq!(one("controller_runtime_reconcile_panics_total"), Some(1.0));
-        assert_eq!(one("controller_runtime_reconcile_timeouts_total"), Some(1.0));
+        assert_eq!(
+            one("controller_runtime_reconcile_timeouts_total"),
+            Some(1.0)
+        );
         assert_eq!(one("controller_runtime_active_workers"), Some(1.0));
         assert_eq!(
             one("controller_runtime_reconcile_time_seconds_count"),

@@ -151,9 +151,8 @@ fn deleting_workers(
 ) -> (Workers<String, Script>, Graves<String>, Metrics) {
     let (mut workers, metrics) = workers(script, 1);
     let existing: HashSet<String> = existing.iter().map(|k| k.to_string()).collect();
-    workers.lookup = Arc::new(move |key: &str| {
-        Ok(existing.contains(key).then(|| Arc::new(key.to_owned())))
-    });
+    workers.lookup =
+        Arc::new(move |key: &str| Ok(existing.contains(key).then(|| Arc::new(key.to_owned()))));
     let kept: Graves<String> = Graves::default();
     for (key, states) in graves {
         let states = states.iter().map(|s| Arc::new(s.to_string())).collect();
@@ -397,7 +396,11 @@ async fn a_reconcile_past_its_timeout_is_dropped_counted_and_retried_with_backof
     run_until(workers, &script, || script.count("ns/a") == 2).await;
     let times = script.times("ns/a");
     assert!(times[1] - times[0] >= Duration::from_secs(10));
-    assert_eq!(script.dropped.load(Ordering::SeqCst), 1, "the hung reconcile was dropped");
+    assert_eq!(
+        script.dropped.load(Ordering::SeqCst),
+        1,
+        "the hung reconcile was dropped"
+    );
     let one = |name: &str| metric(&metrics, &format!(r#"{name}{{controller="test"}}"#));
     assert_eq!(one("controller_runtime_reconcile_timeouts_total"), 1.0);
     assert_eq!(one("controller_runtime_reconcile_errors_total"), 1.0);
@@ -464,8 +467,15 @@ async fn a_deleted_object_gets_on_delete_with_its_last_state_and_its_errors_are_
     let (workers, graves, metrics) = deleting_workers(&script, &[], &[("ns/a", &["ns/a#2"])]);
     workers.queue.add("ns/a".into());
     run_until(workers, &script, || script.count("ns/a#2") == 2).await;
-    assert_eq!(script.order(), ["ns/a#2", "ns/a#2"], "the object itself is not reconciled");
-    assert!(graves.lock().is_empty(), "the state is dropped once on_delete succeeded");
+    assert_eq!(
+        script.order(),
+        ["ns/a#2", "ns/a#2"],
+        "the object itself is not reconciled"
+    );
+    assert!(
+        graves.lock().is_empty(),
+        "the state is dropped once on_delete succeeded"
+    );
     let one = |name: &str| metric(&metrics, &format!(r#"{name}{{controller="test"}}"#));
     assert_eq!(one("controller_runtime_reconcile_errors_total"), 1.0);
 }
@@ -496,11 +506,15 @@ async fn a_terminal_on_delete_error_drops_the_state_and_a_gone_object_without_on
     assert_eq!(script.order(), ["ns/a#1", "ns/marker"]);
     assert!(graves.lock().is_empty());
     let one = |name: &str| metric(&metrics, &format!(r#"{name}{{controller="test"}}"#));
-    assert_eq!(one("controller_runtime_terminal_reconcile_errors_total"), 1.0);
+    assert_eq!(
+        one("controller_runtime_terminal_reconcile_errors_total"),
+        1.0
+    );
 }
 
 fn configmap_raw(name: &str, data: &str) -> Arc<Raw<ConfigMap>> {
-    let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"ns"}},"data":{{"v":"{data}"}}}}"#);
+    let json =
+        format!(r#"{{"metadata":{{"name":"{name}","namespace":"ns"}},"data":{{"v":"{data}"}}}}"#);
     Arc::new(Raw::from_json(&json).unwrap())
 }
 
@@ -517,14 +531,18 @@ async fn the_delete_handler_keeps_last_states_tombstones_included_as_predicates_
         keep: false,
     };
     handler.on_delete(&DeletedObject::Object(configmap_raw("a", "1")));
-    handler.on_delete(&DeletedObject::Tombstone(informer::DeletedFinalStateUnknown {
-        key: "ns/a".into(),
-        obj: Some(configmap_raw("a", "2")),
-    }));
-    handler.on_delete(&DeletedObject::Tombstone(informer::DeletedFinalStateUnknown {
-        key: "ns/c".into(),
-        obj: None,
-    }));
+    handler.on_delete(&DeletedObject::Tombstone(
+        informer::DeletedFinalStateUnknown {
+            key: "ns/a".into(),
+            obj: Some(configmap_raw("a", "2")),
+        },
+    ));
+    handler.on_delete(&DeletedObject::Tombstone(
+        informer::DeletedFinalStateUnknown {
+            key: "ns/c".into(),
+            obj: None,
+        },
+    ));
     handler.on_delete(&DeletedObject::Object(configmap_raw("b", "1")));
     let graves = graves.lock();
     let kept: Vec<_> = graves["ns/a"]
@@ -532,6 +550,10 @@ async fn the_delete_handler_keeps_last_states_tombstones_included_as_predicates_
         .map(|cm| cm.data.as_ref().unwrap()["v"].clone())
         .collect();
     assert_eq!(kept, ["1", "2"], "both last states, oldest first");
-    assert_eq!(graves.len(), 1, "no state for the unknown tombstone, nor the filtered delete");
+    assert_eq!(
+        graves.len(),
+        1,
+        "no state for the unknown tombstone, nor the filtered delete"
+    );
     assert_eq!(queue.len(), 1, "ns/a is queued, once");
 }
