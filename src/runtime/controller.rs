@@ -64,7 +64,10 @@
 //!     async fn remove(&self, key: &str) -> Result<(), std::io::Error> { Ok(()) }
 //! }
 //!
-//! async fn reconcile(cm: Arc<ConfigMap>, registry: Arc<Registry>) -> Result<Action, ReconcileError> {
+//! async fn reconcile(
+//!     cm: Arc<ConfigMap>,
+//!     registry: Arc<Registry>,
+//! ) -> Result<Action, ReconcileError> {
 //!     registry.upsert(&ObjectRef::from_obj(&*cm).key()).await?;
 //!     Ok(Action::done())
 //! }

@@ -836,11 +836,13 @@ impl Run {
                     }
                     // 4. Leader election, when configured.
                     if let Some(elector) = &elector {
-                        let (running, mut stop) = (elector.clone(), self.stop_election.subscribe());
+                        let running = elector.clone();
+                        let mut stop = self.stop_election.subscribe();
                         self.election.spawn(async move {
                             running.run(async move { signalled(&mut stop).await }).await
                         });
-                        tracing::info!(identity = elector.identity(), "waiting to become the leader");
+                        let identity = elector.identity();
+                        tracing::info!(identity, "waiting to become the leader");
                     }
                 }
                 () = signalled(&mut leading), if electing => {
@@ -848,8 +850,9 @@ impl Run {
                     // among it) carries this leader's identity and term.
                     let span = match &elector {
                         Some(elector) => {
-                            tracing::info!(identity = elector.identity(), "became the leader");
-                            tracing::info_span!("leading", identity = elector.identity(), term = elector.term())
+                            let (identity, term) = (elector.identity(), elector.term());
+                            tracing::info!(identity, "became the leader");
+                            tracing::info_span!("leading", identity, term)
                         }
                         None => Span::none(),
                     };
@@ -859,7 +862,9 @@ impl Run {
                     self.stage = Stage::Leading(span);
                 }
                 Some(outcome) = self.election.join_next() => match outcome {
-                    Ok(Err(e)) if matches!(self.stage, Stage::Leading(_)) => return End::LeaseLost(e),
+                    Ok(Err(e)) if matches!(self.stage, Stage::Leading(_)) => {
+                        return End::LeaseLost(e);
+                    }
                     Ok(Err(e)) => return End::Stop(Err(ManagerError::LeaderElection(e))),
                     _ => {}
                 },
@@ -870,9 +875,9 @@ impl Run {
                 }
                 Some(done) = self.running.join_next() => match done {
                     Ok((name, Ok(()))) => tracing::debug!(runnable = %name, "returned"),
-                    Ok((name, Err(e))) => {
-                        tracing::error!(runnable = %name, error = %e, "failed; stopping the manager");
-                        return End::Stop(Err(e));
+                    Ok((name, Err(error))) => {
+                        tracing::error!(runnable = %name, %error, "failed; stopping the manager");
+                        return End::Stop(Err(error));
                     }
                     Err(e) => tracing::error!(error = %e, "a runnable panicked"),
                 },
@@ -1027,7 +1032,8 @@ impl Run {
     }
 }
 
-/// A server's future, its error (logged where it happens) dropped.
+/// A server's future, its `Ok(())` dropped: the servers log their own failures, per
+/// connection, and return only once stopped.
 async fn ignore<E>(serve: impl Future<Output = Result<(), E>>) {
     let _ = serve.await;
 }
