@@ -143,3 +143,94 @@ async fn a_controller_completed_after_the_start_reconciles_times_out_and_sees_de
     assert!(matches!(late, Err(ManagerError::Stopped)), "{late:?}");
     cluster::delete_namespace(&client, &ns).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn past_the_graceful_shutdown_timeout_the_process_exits_anyway_and_says_so() {
+    let client = cluster::client();
+    let ns = create_namespace(&client, "rt-grace").await;
+    // The example program, built beside this test by `cargo test`.
+    let example = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/configmap_mirror");
+    assert!(example.is_file(), "{} is not built", example.display());
+    let mut child = tokio::process::Command::new(&example)
+        .args(["--namespace", &ns, "--graceful-shutdown-timeout", "1"])
+        .env("KUBECONFIG", cluster::kubeconfig())
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let read = |stream: Box<dyn tokio::io::AsyncRead + Send + Unpin>| {
+        let lines = lines.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut out = tokio::io::BufReader::new(stream).lines();
+            while let Ok(Some(line)) = out.next_line().await {
+                lines.lock().push(line);
+            }
+        })
+    };
+    let readers = [
+        read(Box::new(child.stdout.take().unwrap())),
+        read(Box::new(child.stderr.take().unwrap())),
+    ];
+
+    // A reconcile that outlasts the one-second grace period by far, blocking its thread:
+    // dropping its task cannot stop it, and a runtime dropped at the end of `main` would wait
+    // for it.
+    let mut cm = configmap(&ns, "endless", "1");
+    cm.metadata.annotations = Some(
+        [
+            ("mirror.example.com/delay-seconds", "3600"),
+            ("mirror.example.com/block", "true"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into(),
+    );
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let started = format!("reconcile started {ns}/endless");
+    wait_until("the endless reconcile starts", CONVERGE, async || {
+        let seen = lines.lock().clone();
+        seen.contains(&started)
+            .then_some(())
+            .ok_or(format!("{seen:?}"))
+    })
+    .await;
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(CONVERGE, child.wait())
+        .await
+        .expect("the process exits after the grace period")
+        .unwrap();
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    let seen = lines.lock().clone();
+    assert_eq!(status.code(), Some(1), "output {seen:?}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("exiting with runnables still running")
+                && l.contains("within grace period of 1s")),
+        "{seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|l| l.contains("reconcile finished")),
+        "{seen:?}"
+    );
+    cluster::delete_namespace(&client, &ns).await;
+}
