@@ -17,8 +17,8 @@ export TESTENV_KUBECONFIG := $(KUBECONFIG_TESTENV)
 export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
 .PHONY: all demo test test-unit test-cluster soak lint fmt cluster cluster-down cluster-status \
-	testenv bench bench-decode bench-queue bench-informer bench-runtime bench-operator protoschema \
-	manifests install uninstall run dist deploy undeploy fuzz fuzz-smoke
+	testenv bench bench-decode bench-queue bench-informer bench-runtime bench-operator bench-latency \
+	protoschema manifests install uninstall run dist deploy undeploy fuzz fuzz-smoke
 
 all: lint test-unit
 
@@ -193,3 +193,11 @@ bench-runtime:
 ## See BENCHMARKS.md
 bench-operator:
 	python3 benches/bench-operator.py
+
+## bench-latency: live edits (20/s) against a restarted controller draining its initial list of
+## 10,000 ConfigMaps, ours against controller-runtime's priority queue, on the local cluster
+## (starts it if needed, seeds, 3 alternating rounds); last line
+## `latency ours/controller-runtime: live p99 X.XX, longest initial wait Y.YY`; its figures are
+## defined in benches/bench-latency.py
+bench-latency:
+	python3 benches/bench-latency.py

@@ -6,7 +6,9 @@ Builds `queue-bench` (cmd/queue-bench, ours plus the MPMC-channel ceiling) and t
 client-go first in even ones, so drift in the machine's load hits both alike), takes the
 median of every figure over the rounds, and prints a table. The last line is exactly
 `min ratio ours/client-go: X.XX`, the smallest ours/client-go ratio over the add → get → done
-throughput workloads.
+throughput workloads. The `cycle/prio` rows add half the keys at priority -100 and half at 0;
+their peer (in the client-go column) is controller-runtime's priority queue, the queue a
+controller gets by default on either side.
 
 Every JSON line of every round is kept in target/bench-queue/rounds.jsonl.
 """
@@ -21,9 +23,11 @@ from harness import fmt_ratio, log
 OUT_DIR = os.path.join(harness.ROOT, "target", "bench-queue")
 OURS = harness.release_bin("queue-bench")
 THEIRS = os.path.join(OUT_DIR, "clientgo-bench")
-CYCLE_ORDER = [
-    f"cycle/{keys}/p{n}w{n}" for keys in ("unique", "repeat") for n in (1, 2, 4, 8)
-] + ["cycle/unique/1thread"]
+CYCLE_ORDER = (
+    [f"cycle/{keys}/p{n}w{n}" for keys in ("unique", "repeat") for n in (1, 2, 4, 8)]
+    + ["cycle/unique/1thread"]
+    + [f"cycle/prio/p{n}w{n}" for n in (1, 2)]
+)
 
 
 def build():

@@ -202,6 +202,7 @@ pub struct InformerFactory {
     watch_list: bool,
     backoff: BackoffOptions,
     fifo: FifoKind,
+    metrics: Option<Arc<dyn informer::metrics::MetricsProvider>>,
     /// Selectors by (group, kind).
     selectors: HashMap<(&'static str, &'static str), Selector>,
     state: Mutex<FactoryState>,
@@ -233,7 +234,8 @@ impl InformerFactory {
             resync: Duration::ZERO,
             watch_list: true,
             backoff: BackoffOptions::default(),
-            fifo: FifoKind::Delta,
+            fifo: FifoKind::default(),
+            metrics: None,
             selectors: HashMap::new(),
             state: Mutex::default(),
             running: Arc::new(watch::Sender::new(0)),
@@ -268,10 +270,17 @@ impl InformerFactory {
         self
     }
 
-    /// The queue of the informers made from now on: the DeltaFIFO (the default) or the
-    /// in-order RealFIFO; see [`InformerOptions::fifo`].
+    /// The queue of the informers made from now on: the in-order RealFIFO (the default, as
+    /// client-go 1.36 runs its informers) or the DeltaFIFO; see [`InformerOptions::fifo`].
     pub fn fifo(mut self, kind: FifoKind) -> Self {
         self.fifo = kind;
+        self
+    }
+
+    /// Where the metrics of the informers made from now on go (none by default); see
+    /// [`InformerOptions::metrics`].
+    pub fn metrics(mut self, provider: Arc<dyn informer::metrics::MetricsProvider>) -> Self {
+        self.metrics = Some(provider);
         self
     }
 
@@ -389,6 +398,7 @@ impl InformerFactory {
                     ..ReflectorOptions::default()
                 },
                 fifo: self.fifo,
+                metrics: self.metrics.clone(),
                 ..InformerOptions::default()
             },
         ));

@@ -331,7 +331,7 @@ async fn failures_are_retried_with_backoff_panics_are_counted_and_metrics_move()
         r#"controller_runtime_max_concurrent_reconciles{controller="flaky"}"#,
         r#"workqueue_adds_total{name="flaky",controller="flaky"}"#,
         r#"workqueue_retries_total{name="flaky",controller="flaky"}"#,
-        r#"workqueue_depth{name="flaky",controller="flaky"}"#,
+        r#"workqueue_depth{name="flaky",controller="flaky",priority="0"}"#,
         "process_resident_memory_bytes",
         "process_cpu_seconds_total",
     ] {

@@ -11,6 +11,11 @@
 //     the producers (workers already waiting in Get) to the last worker returning after
 //     ShutDown. Reported as adds/s, with the number of items processed.
 //   - cycle/unique/1thread: the same with one producer and one worker under GOMAXPROCS(1).
+//   - cycle/prio/pNwN: unique keys on controller-runtime's priority queue (priorityqueue.New,
+//     unnamed: no metrics, as the workqueue above), odd keys added with priority -100 and even
+//     ones with 0 through AddWithOpts. Its ShutDown makes Get return at once, queued items or
+//     not, so the workers stop after the last item instead: the one that processes it shuts
+//     the queue down, which releases the others.
 //   - add_after/insert: AddAfter of -pending distinct int keys with delays of 60 to 120 s on
 //     a NewTypedDelayingQueue[int]; the clock stops when Get returns a key added last with a
 //     1 ns delay, which is when the waiting loop has taken every item off its channel. Heap
@@ -30,9 +35,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 )
 
 // settle is how long workers get to park in Get before the clock starts.
@@ -126,6 +133,7 @@ func emit(line map[string]any) {
 
 // cycle is one add → get → done workload; see the package docs.
 type cycle struct {
+	prio       bool
 	repeat     bool
 	repeatKeys int
 	n          int // producers, and as many workers
@@ -150,13 +158,20 @@ func cycleWorkloads(adds, repeatAdds, repeatKeys, yieldEvery int) []cycle {
 			out = append(out, cycle{repeat: repeat, repeatKeys: repeatKeys, n: n, adds: total, yieldEvery: yieldEvery})
 		}
 	}
-	return append(out, cycle{n: 1, adds: adds, oneThread: true, yieldEvery: yieldEvery})
+	out = append(out, cycle{n: 1, adds: adds, oneThread: true, yieldEvery: yieldEvery})
+	for _, n := range []int{1, 2} {
+		out = append(out, cycle{prio: true, n: n, adds: adds, yieldEvery: yieldEvery})
+	}
+	return out
 }
 
 func (c cycle) name() string {
 	keys := "unique"
 	if c.repeat {
 		keys = "repeat"
+	}
+	if c.prio {
+		keys = "prio"
 	}
 	if c.oneThread {
 		return "cycle/" + keys + "/1thread"
@@ -165,6 +180,9 @@ func (c cycle) name() string {
 }
 
 func (c cycle) run() cycleOutcome {
+	if c.prio {
+		return c.runPrio()
+	}
 	if c.oneThread {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	}
@@ -218,6 +236,61 @@ func (c cycle) run() cycleOutcome {
 		total += n
 	}
 	return cycleOutcome{adds: per * c.n, processed: total, elapsed: elapsed}
+}
+
+// runPrio is run on controller-runtime's priority queue; see the package docs.
+func (c cycle) runPrio() cycleOutcome {
+	q := priorityqueue.New[int]("")
+	per := c.adds / c.n
+	total := int64(per * c.n)
+	var done atomic.Int64
+	processed := make([]int, c.n)
+	var workers sync.WaitGroup
+	for w := 0; w < c.n; w++ {
+		workers.Add(1)
+		go func(w int) {
+			defer workers.Done()
+			n := 0
+			for {
+				key, _, shutdown := q.GetWithPriority()
+				if shutdown {
+					break
+				}
+				q.Done(key)
+				n++
+				if done.Add(1) == total {
+					q.ShutDown()
+				}
+			}
+			processed[w] = n
+		}(w)
+	}
+	time.Sleep(settle)
+
+	low, live := -100, 0
+	start := time.Now()
+	for p := 0; p < c.n; p++ {
+		go func(p int) {
+			for i := p * per; i < (p+1)*per; i++ {
+				priority := &live
+				if i%2 == 1 {
+					priority = &low
+				}
+				q.AddWithOpts(priorityqueue.AddOpts{Priority: priority}, i)
+				if c.yieldEvery != 0 && (i-p*per+1)%c.yieldEvery == 0 {
+					runtime.Gosched()
+				}
+			}
+		}(p)
+	}
+	workers.Wait()
+	elapsed := time.Since(start)
+
+	sum := 0
+	for _, n := range processed {
+		sum += n
+	}
+	return cycleOutcome{adds: per * c.n, processed: sum, elapsed: elapsed}
 }
 
 // === add_after ===

@@ -35,6 +35,13 @@ func TestPercentileIsNearestRank(t *testing.T) {
 	}
 }
 
+func TestPrioritisedCycleProcessesEveryKey(t *testing.T) {
+	o := cycle{prio: true, n: 2, adds: 10_000}.run()
+	if o.adds != 10_000 || o.processed != 10_000 {
+		t.Fatalf("%+v", o)
+	}
+}
+
 func TestCycleProcessesEveryUniqueKey(t *testing.T) {
 	for _, n := range []int{1, 2, 4, 8} {
 		o := cycle{n: n, adds: 10_000}.run()

@@ -55,6 +55,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use crate::synced::SyncedLatch;
+use crate::watermark::{self, Watermark};
 
 use crate::object::{DeletedFinalStateUnknown, Key, Object, key_of, with_object_key};
 
@@ -534,9 +535,13 @@ struct Shared<K> {
     /// `populated && initial_population_count == 0`, published after the item that got it
     /// there was processed. Never goes back to false.
     synced: SyncedLatch,
+    /// Set by an informer: advanced to `queued_rv` whenever the queue is seen empty.
+    watermark: Option<Watermark>,
 }
 
 struct State<K> {
+    /// The highest resource version ever queued (event objects, `replace`, `bookmark`).
+    queued_rv: u64,
     /// Each queued key's deltas; never an empty list. Same keys as `queue`.
     items: HashMap<Key, DeltaList<K>>,
     /// Queued keys, oldest first; each at most once, each in `items`.
@@ -595,6 +600,7 @@ impl<K: Object> DeltaFifo<K> {
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
+                    queued_rv: 0,
                     items: HashMap::new(),
                     queue: VecDeque::new(),
                     populated: false,
@@ -608,8 +614,20 @@ impl<K: Object> DeltaFifo<K> {
                 transformer,
                 item_added: Notify::new(),
                 synced: SyncedLatch::default(),
+                watermark: None,
             }),
         }
+    }
+
+    /// Has the FIFO move `watermark`: to the highest resource version queued so far, each
+    /// time the queue is seen empty after a pop, a `replace` or a `bookmark`. Keys pop in the
+    /// order they first arrived, not in resource-version order, so an emptied queue is the
+    /// only point where everything up to what was queued is known to be applied.
+    pub(crate) fn with_watermark(mut self, watermark: Watermark) -> Self {
+        Arc::get_mut(&mut self.shared)
+            .expect("set on a new FIFO")
+            .watermark = Some(watermark);
+        self
     }
 
     /// Queues an [`Added`](DeltaType::Added) delta for `obj`.
@@ -629,8 +647,10 @@ impl<K: Object> DeltaFifo<K> {
     /// call does nothing (the transformer does not run either).
     pub fn delete(&self, mut obj: K) {
         let shared = &*self.shared;
+        let rv = watermark::parse(obj.resource_version());
         let mut state = shared.state.lock();
         state.populated = true;
+        state.saw(rv);
         let known = shared.known_objects.as_deref();
         let news = with_object_key(&obj, |key| {
             state.items.contains_key(key) || known.is_some_and(|k| k.get_by_key(key).is_some())
@@ -654,8 +674,9 @@ impl<K: Object> DeltaFifo<K> {
     /// [`has_synced`](Self::has_synced) waits for: the distinct listed keys plus the queued
     /// tombstones.
     ///
-    /// The resource version is accepted for client-go parity and ignored.
-    pub fn replace(&self, list: impl IntoIterator<Item = K>, _resource_version: &str) {
+    /// The resource version counts only for the informer's
+    /// [store resource version](crate::SharedIndexInformer::store_resource_version).
+    pub fn replace(&self, list: impl IntoIterator<Item = K>, resource_version: &str) {
         let shared = &*self.shared;
         let list: Vec<Arc<K>> = list
             .into_iter()
@@ -674,6 +695,7 @@ impl<K: Object> DeltaFifo<K> {
 
         let mut state = shared.state.lock();
         let st = &mut *state;
+        st.saw(watermark::parse(Some(resource_version)));
         let mut listed: HashSet<Key> = HashSet::with_capacity(list.len());
         for obj in list {
             listed.insert(st.push_object_keyed(kind, obj));
@@ -928,14 +950,26 @@ impl<K: Object> DeltaFifo<K> {
         })
     }
 
+    /// A bookmark reached `resource_version`: nothing changed up to it. It counts only for
+    /// the informer's [store resource version](crate::SharedIndexInformer::store_resource_version),
+    /// once everything queued before it has been popped.
+    pub fn bookmark(&self, resource_version: &str) {
+        let shared = &*self.shared;
+        let mut state = shared.state.lock();
+        state.saw(watermark::parse(Some(resource_version)));
+        shared.release(state);
+    }
+
     fn queue_object(&self, kind: DeltaType, mut obj: K) {
         let shared = &*self.shared;
+        let rv = watermark::parse(obj.resource_version());
         if let Some(transform) = &shared.transformer {
             transform(&mut obj);
         }
         let obj = Arc::new(obj);
         let mut state = shared.state.lock();
         state.populated = true;
+        state.saw(rv);
         state.push_object(kind, obj);
         shared.release(state);
     }
@@ -996,7 +1030,12 @@ impl<K> Shared<K> {
         if wake_pops {
             state.woke_parked();
         }
+        // Popping runs under this lock: an empty queue has applied all it was given.
+        let applied = state.queue.is_empty().then_some(state.queued_rv);
         drop(state);
+        if let (Some(watermark), Some(rv)) = (&self.watermark, applied) {
+            watermark.advance(rv);
+        }
         if wake_pops {
             self.item_added.notify_waiters();
         }
@@ -1042,6 +1081,13 @@ impl<K> State<K> {
 
     fn has_synced(&self) -> bool {
         self.populated && self.initial_population_count == 0
+    }
+
+    /// Notes a resource version being queued.
+    fn saw(&mut self, rv: Option<u64>) {
+        if let Some(rv) = rv {
+            self.queued_rv = self.queued_rv.max(rv);
+        }
     }
 
     /// Appends `delta` to the entry of `key`, which is not queued yet or is.

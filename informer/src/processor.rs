@@ -6,7 +6,7 @@
 //! A listener is an unbounded tokio channel and the task that drains it into one
 //! [`EventHandler`]. The informer's processing loop only ever *sends* — a non-blocking push —
 //! so a handler that falls behind grows its own buffer and delays nobody: not the other
-//! handlers, not the DeltaFIFO. Nothing is dropped (client-go's `processorListener` uses a
+//! handlers, not the queue. Nothing is dropped (client-go's `processorListener` uses a
 //! growing ring buffer for the same reason).
 //!
 //! The listener list lives in the informer's state mutex, which the processing loop holds
@@ -16,7 +16,7 @@
 //! notifications of later pops (client-go's `blockDeltas`).
 //!
 //! Per-registration `has_synced` is a counter: each initial add queued to a listener counts
-//! up, under the state mutex, before the DeltaFIFO publishes `has_synced` for the informer; the
+//! up, under the state mutex, before the queue publishes `has_synced` for the informer; the
 //! listener counts down once the handler returned. `has_synced` reads the informer's flag
 //! first (acquire), then the counter, so a `true` answer means every initial add was handled.
 

@@ -924,4 +924,8 @@ impl<K: Object> ReflectorStore<K> for crate::DeltaFifo<K> {
     fn resync(&self) {
         crate::DeltaFifo::resync(self);
     }
+
+    fn bookmark(&self, resource_version: &str) {
+        crate::DeltaFifo::bookmark(self, resource_version);
+    }
 }

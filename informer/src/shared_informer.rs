@@ -1,13 +1,16 @@
-//! The [`SharedIndexInformer`]: a reflector, a DeltaFIFO and an indexer wired together, with
+//! The [`SharedIndexInformer`]: a reflector, a queue and an indexer wired together, with
 //! any number of event handlers sharing the one cache (client-go's `sharedIndexInformer`).
 //!
 //! # Implementation Details
 //!
-//! [`run`](SharedIndexInformer::run) builds the queue — the DeltaFIFO, or with
-//! [`FifoKind::InOrder`] the [`RealFifo`]; its known objects are the indexer, it emits
-//! `Replaced`, and it holds the transform — spawns the reflector on it, and pops in a loop.
-//! Each pop applies its deltas (one key's, or with the RealFIFO a single one) to the indexer
-//! and hands out notifications (client-go's `processDeltas`), oldest delta first:
+//! [`run`](SharedIndexInformer::run) builds the queue — the in-order [`RealFifo`], or with
+//! [`FifoKind::Delta`] the [`DeltaFifo`] (whose known objects are the indexer, emitting
+//! `Replaced`); either holds the transform — spawns the reflector on it, and spawns the
+//! processing task, which pops in a loop. Each pop applies its deltas to the indexer and
+//! hands out notifications (client-go's `processDeltas`), oldest delta first: one event
+//! from the RealFIFO, or a relist as a tombstone `Deleted` per cached key it lacks and a
+//! `Replaced` per listed object, or a resync as a `Sync` per cached object; one key's deltas
+//! from the DeltaFIFO.
 //!
 //! | delta | indexer | notification |
 //! |---|---|---|
@@ -16,39 +19,47 @@
 //! | same; key cached, same `resourceVersion` | insert | `on_update(old, new)` only to handlers due for resync |
 //! | `Deleted` | remove | `on_delete(object or tombstone)` to every handler |
 //!
-//! All of it runs under the queue's lock (see [`DeltaFifo::pop`]) and under the informer's
-//! state mutex, which adding a handler also takes; the `processor` module says what that
-//! buys. A pop hook ([`on_pop`](SharedIndexInformer::on_pop)) is told each row taken, as a
-//! [`PopAction`] per delta; without one, a pop builds no trace.
+//! All of it runs under the informer's state mutex, which adding a handler also takes; the
+//! `processor` module says what that buys. The DeltaFIFO also holds its own lock meanwhile
+//! (see [`DeltaFifo::pop`]); the RealFIFO does not (see [`RealFifo::pop`]). A pop hook
+//! ([`on_pop`](SharedIndexInformer::on_pop)) is told each row taken, as a [`PopAction`] per
+//! delta, one [`PopTrace`] per key; without one, a pop builds no trace.
+//!
+//! The processing loop is a task of its own, so that `run` notices its shutdown signal
+//! however long the queue is: a pop with items waiting never awaits, and the loop yields
+//! only when its cooperative budget is spent.
 //!
 //! The reflector is built when the informer starts, because its resync period — the
 //! informer's *resync check period* — is only final then: a handler registered before the
 //! start with a shorter period lowers it.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::delta_fifo::{
-    Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, KnownObjects, PopError,
-    QueueSnapshot, Transformer,
+    Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, PopError, QueueSnapshot,
+    Transformer,
 };
 use crate::handler::EventHandler;
 use crate::index::{IndexError, Indexers, namespace_indexers};
 use crate::lister::Lister;
 use crate::lister_watcher::{Error as WatchError, ListerWatcher};
-use crate::object::{Key, Object};
+use crate::metrics::{InformerMetrics, MetricsProvider};
+use crate::object::{DeletedFinalStateUnknown, Key, Object};
 use crate::processor::{Notification, Processor, Registration};
-use crate::real_fifo::RealFifo;
+use crate::real_fifo::{FifoItem, RealFifo};
 use crate::reflector::{LastSync, Reflector, ReflectorOptions, ReflectorStore, Trace};
 use crate::store::Indexer;
+use crate::watermark::Watermark;
 
 /// Why a call on a [`SharedIndexInformer`] was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -113,12 +124,16 @@ type TraceHook = Arc<dyn Fn(&Trace) + Send + Sync>;
 /// differ for a handler.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FifoKind {
-    /// The [`DeltaFifo`]: a key's deltas popped together, keys in first-come order.
+    /// The [`RealFifo`], the default: every event popped alone, in arrival order, a relist
+    /// applied as one item, handlers notified without the queue's lock held (client-go's
+    /// informers since 1.36, where `InOrderInformers` is GA and `AtomicFIFO` and
+    /// `UnlockWhileProcessingFIFO` are on).
     #[default]
-    Delta,
-    /// The [`RealFifo`]: every delta popped alone, in arrival order (client-go's default
-    /// since `InOrderInformers`).
     InOrder,
+    /// The [`DeltaFifo`]: a key's deltas popped together, keys in first-come order, processed
+    /// under the queue's lock; client-go's informers until 1.32. Kept as the design that
+    /// teaches how an informer compresses a backlog per key, and for comparison.
+    Delta,
 }
 
 /// How a [`SharedIndexInformer`] behaves.
@@ -135,8 +150,11 @@ pub struct InformerOptions {
     /// queue where [`queue_snapshot`](SharedIndexInformer::queue_snapshot) shows them; for
     /// tracing tools. [`Duration::ZERO`] (the default) pops at once.
     pub pop_delay: Duration,
-    /// The queue between the reflector and the cache: the DeltaFIFO by default.
+    /// The queue between the reflector and the cache: the in-order [`RealFifo`] by default.
     pub fifo: FifoKind,
+    /// Where the informer's metrics go; `None` (the default) records none. See
+    /// [`metrics`](crate::metrics).
+    pub metrics: Option<Arc<dyn MetricsProvider>>,
 }
 
 impl Default for InformerOptions {
@@ -144,7 +162,8 @@ impl Default for InformerOptions {
         InformerOptions {
             resync_period: Duration::ZERO,
             pop_delay: Duration::ZERO,
-            fifo: FifoKind::Delta,
+            fifo: FifoKind::default(),
+            metrics: None,
             reflector: ReflectorOptions {
                 name: "informer".into(),
                 ..ReflectorOptions::default()
@@ -184,7 +203,7 @@ static NEXT_INFORMER: AtomicU64 = AtomicU64::new(0);
 ///
 /// * **One cache, many handlers.** Every handler has its own unbounded buffer and task: a slow
 ///   handler delays neither the others nor the informer. Objects are `Arc<K>`s shared by the
-///   DeltaFIFO, the [`Indexer`] and every handler.
+///   queue, the [`Indexer`] and every handler.
 /// * **Handlers may come late.** One added after [`run`](Self::run) first receives every
 ///   cached object as an add with `is_in_initial_list = true`, then every later change, with
 ///   nothing missed or doubled.
@@ -233,6 +252,10 @@ struct Inner<K> {
     fifo_set: Notify,
     /// The reflector's last synced version, once it exists.
     last_sync: OnceLock<LastSync>,
+    /// How far the indexer is up to date; moved by the queue.
+    watermark: Watermark,
+    /// The informer's series, if [`InformerOptions::metrics`] asked for them.
+    metrics: Option<Arc<InformerMetrics>>,
     state: Mutex<State<K>>,
 }
 
@@ -301,6 +324,10 @@ impl<K: Object> SharedIndexInformer<K> {
                 fifo: OnceLock::new(),
                 fifo_set: Notify::new(),
                 last_sync: OnceLock::new(),
+                watermark: Watermark::default(),
+                metrics: options
+                    .metrics
+                    .map(|provider| Arc::new(InformerMetrics::new(&*provider, &name))),
                 state: Mutex::new(State {
                     processor: Processor::new(id, name, options.resync_period),
                     default_resync: options.resync_period,
@@ -439,10 +466,12 @@ impl<K: Object> SharedIndexInformer<K> {
     /// each the change to the cache and the notification sent ([`PopTrace`]); for tracing
     /// tools. Replaces the previous hook; before or after the start.
     ///
-    /// The hook runs where the pop runs, under the queue's lock and the informer's state
-    /// mutex: keep it short, and call nothing on the informer but its cache
-    /// ([`get_indexer`](Self::get_indexer)), or it deadlocks. Without a hook, a pop costs
-    /// one more `Option` check.
+    /// The hook runs where the pop runs, under the informer's state mutex (and with the
+    /// DeltaFIFO, its lock): keep it short, and call nothing on the informer but its cache
+    /// ([`get_indexer`](Self::get_indexer)) and its
+    /// [`store_resource_version`](Self::store_resource_version), or it deadlocks. A relist
+    /// popped from the RealFIFO is told as one trace per key. Without a hook, a pop costs one
+    /// more `Option` check.
     pub fn on_pop(&self, hook: impl Fn(&PopTrace<K>) + Send + Sync + 'static) {
         self.inner.state.lock().on_pop = Some(Arc::new(hook));
     }
@@ -529,6 +558,48 @@ impl<K: Object> SharedIndexInformer<K> {
             .unwrap_or_default()
     }
 
+    /// The store's resource-version watermark: the highest resource version `R` such that
+    /// every event of this informer's list and watch with a resourceVersion `<= R` has been
+    /// applied to the indexer (so a [`Lister`] read sees it); 0 before the first list is
+    /// applied. For read-your-own-writes: after a write answered with resourceVersion `w`,
+    /// a read once this is `>= w` sees that write or something newer.
+    ///
+    /// Resource versions are compared as integers, as Kubernetes allows since 1.35
+    /// (KEP-5504); one that is not an integer moves nothing. How far the watermark may move
+    /// depends on the queue:
+    ///
+    /// * [`FifoKind::InOrder`]: events leave the queue in the order the server sent them, so
+    ///   once an event is applied the watermark is its resourceVersion; a relist's objects
+    ///   count at the list's resourceVersion once all of the relist is applied.
+    /// * [`FifoKind::Delta`]: keys leave the queue in the order they first arrived, not in
+    ///   resourceVersion order (`a@5` queued behind `b@3` may be applied first, while a
+    ///   newer `b@7` waits behind it), so the watermark only moves when the queue is seen
+    ///   empty after a pop: to the highest resourceVersion queued until then. Under a
+    ///   steady stream of events it can lag; it never runs ahead.
+    ///
+    /// A bookmark at `b` moves it to `b` once everything queued before the bookmark is
+    /// applied. The watermark never moves down, even when a relist returns an older list.
+    pub fn store_resource_version(&self) -> u64 {
+        self.inner.watermark.get()
+    }
+
+    /// A receiver of [`store_resource_version`](Self::store_resource_version) that is told
+    /// each time it moves up, e.g. to wait until it reaches a version:
+    ///
+    /// ```no_run
+    /// # async fn f(informer: informer::SharedIndexInformer<k8s_openapi::api::core::v1::ConfigMap>) {
+    /// let written = 1234;
+    /// let mut watermark = informer.watch_store_resource_version();
+    /// let _ = watermark.wait_for(|&rv| rv >= written).await;
+    /// # }
+    /// ```
+    ///
+    /// The channel stays open as long as the informer does: a stopped informer's watermark
+    /// just stops moving.
+    pub fn watch_store_resource_version(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.watermark.subscribe()
+    }
+
     /// How often the reflector asks whether a handler is due for resync; [`Duration::ZERO`]
     /// if it never does. Final once the informer has started.
     pub fn resync_check_period(&self) -> Duration {
@@ -555,26 +626,18 @@ impl<K: Object> SharedIndexInformer<K> {
         let Some((fifo, reflector)) = self.start() else {
             return;
         };
+        let inner = &*self.inner;
         let mut running = Running {
             inner: &self.inner,
             reflector: Some(reflector),
-        };
-        let inner = &*self.inner;
-        let process = async {
-            loop {
-                if !inner.pop_delay.is_zero() {
-                    tokio::time::sleep(inner.pop_delay).await;
-                }
-                if fifo.pop(inner).await.is_err() {
-                    break;
-                }
-            }
+            process: Some(tokio::spawn(process(self.inner.clone(), fifo))),
         };
         {
             let reflector = running.reflector.as_mut().expect("set above");
+            let process = running.process.as_mut().expect("set above");
             tokio::select! {
                 () = shutdown => {}
-                () = process => {}
+                _ = process => {}
                 result = reflector => {
                     tracing::error!(informer = %inner.name, ?result, "the reflector ended on its own: stopping the informer");
                 }
@@ -598,15 +661,27 @@ impl<K: Object> SharedIndexInformer<K> {
             return None;
         }
         state.processor.start(runtime.clone());
-        let known: Arc<dyn KnownObjects<K>> = Arc::new(inner.indexer.clone());
         let fifo = match inner.fifo_kind {
-            FifoKind::Delta => Queue::Delta(DeltaFifo::with_options(DeltaFifoOptions {
-                known_objects: Some(known),
-                emit_delta_type_replaced: true,
-                transformer: state.transform.clone(),
-            })),
-            FifoKind::InOrder => Queue::InOrder(RealFifo::new(known, state.transform.clone())),
+            FifoKind::Delta => Fifo::Delta(
+                DeltaFifo::with_options(DeltaFifoOptions {
+                    known_objects: Some(Arc::new(inner.indexer.clone())),
+                    emit_delta_type_replaced: true,
+                    transformer: state.transform.clone(),
+                })
+                .with_watermark(inner.watermark.clone()),
+            ),
+            FifoKind::InOrder => Fifo::InOrder(
+                RealFifo::new(state.transform.clone()).with_watermark(inner.watermark.clone()),
+            ),
         };
+        let fifo = Queue {
+            fifo,
+            metrics: inner.metrics.clone(),
+            watermark: inner.watermark.clone(),
+        };
+        if let Some(metrics) = &inner.metrics {
+            metrics.heard();
+        }
         let check = state.processor.resync_check_period();
         let mut options = state.reflector_options.clone();
         options.resync_period = (!check.is_zero()).then_some(check);
@@ -637,6 +712,21 @@ impl<K: Object> SharedIndexInformer<K> {
     }
 }
 
+/// The processing loop: pops until the queue is closed and drained. It runs as its own task,
+/// so that however busy it is, `run` sees its shutdown signal at once; and it yields when
+/// its cooperative budget is spent, since a pop with items waiting never awaits.
+async fn process<K: Object>(inner: Arc<Inner<K>>, fifo: Queue<K>) {
+    loop {
+        if !inner.pop_delay.is_zero() {
+            tokio::time::sleep(inner.pop_delay).await;
+        }
+        if fifo.pop(&inner).await.is_err() {
+            break;
+        }
+        tokio::task::consume_budget().await;
+    }
+}
+
 // === impl Inner ===
 
 impl<K: Object> Inner<K> {
@@ -644,11 +734,81 @@ impl<K: Object> Inner<K> {
         self.fifo.get().is_some_and(Queue::has_synced)
     }
 
+    /// Applies one item popped from the in-order queue.
+    fn process_item(&self, item: FifoItem<K>, initial: bool) {
+        match item {
+            FifoItem::Event { key, delta } => self.process(key, [delta], initial),
+            FifoItem::ReplacedAll { objects, .. } => self.replace_all(objects, initial),
+            FifoItem::SyncAll => self.sync_all(),
+        }
+    }
+
+    /// Applies a relist in one step, under the state mutex: a tombstone deletion for every
+    /// cached key the list does not have (in key order), then `Replaced` for every listed
+    /// object. The pop hook hears one pop per key.
+    fn replace_all(&self, objects: Vec<(Key, Arc<K>)>, initial: bool) {
+        let state = self.state.lock();
+        let listed: HashSet<&Key> = objects.iter().map(|(key, _)| key).collect();
+        let mut gone: Vec<Key> = self
+            .indexer
+            .list_keys()
+            .into_iter()
+            .filter(|key| !listed.contains(key))
+            .collect();
+        drop(listed);
+        gone.sort_unstable();
+        for key in gone {
+            let obj = self.indexer.get_by_key(&key);
+            let tombstone = DeletedFinalStateUnknown {
+                key: key.clone(),
+                obj,
+            };
+            let delta = Delta {
+                kind: DeltaType::Deleted,
+                object: DeltaObject::Tombstone(tombstone),
+            };
+            self.process_locked(&state, key, [delta], initial);
+        }
+        for (key, obj) in objects {
+            let delta = Delta {
+                kind: DeltaType::Replaced,
+                object: DeltaObject::Object(obj),
+            };
+            self.process_locked(&state, key, [delta], initial);
+        }
+    }
+
+    /// Re-delivers every cached object as `Sync`, under the state mutex: an update to the
+    /// handlers due for resync.
+    fn sync_all(&self) {
+        let state = self.state.lock();
+        for key in self.indexer.list_keys() {
+            let Some(obj) = self.indexer.get_by_key(&key) else {
+                continue;
+            };
+            let delta = Delta {
+                kind: DeltaType::Sync,
+                object: DeltaObject::Object(obj),
+            };
+            self.process_locked(&state, key, [delta], false);
+        }
+    }
+
     /// Applies one pop's deltas, all of `key`, to the indexer and hands out the
     /// notifications, oldest delta first (client-go's `processDeltas`); tells the pop hook, if
-    /// any. Runs under the queue's lock.
+    /// any. With the DeltaFIFO it runs under the queue's lock.
     fn process(&self, key: Key, deltas: impl IntoIterator<Item = Delta<K>>, initial: bool) {
-        let (state, is_in_initial_list) = (self.state.lock(), initial);
+        self.process_locked(&self.state.lock(), key, deltas, initial);
+    }
+
+    /// [`process`](Self::process) with the state mutex held.
+    fn process_locked(
+        &self,
+        state: &State<K>,
+        key: Key,
+        deltas: impl IntoIterator<Item = Delta<K>>,
+        is_in_initial_list: bool,
+    ) {
         let mut steps = Vec::new();
         for delta in deltas {
             let traced = state.on_pop.is_some().then(|| delta.clone());
@@ -712,17 +872,29 @@ impl<K: Object> Inner<K> {
     }
 }
 
-/// The queue an informer pops from, as [`InformerOptions::fifo`] chose it.
-enum Queue<K> {
+/// The queue an informer pops from, as [`InformerOptions::fifo`] chose it, with what the
+/// informer's metrics need.
+struct Queue<K> {
+    fifo: Fifo<K>,
+    metrics: Option<Arc<InformerMetrics>>,
+    watermark: Watermark,
+}
+
+enum Fifo<K> {
     Delta(DeltaFifo<K>),
     InOrder(RealFifo<K>),
 }
 
 impl<K> Clone for Queue<K> {
     fn clone(&self) -> Self {
-        match self {
-            Queue::Delta(q) => Queue::Delta(q.clone()),
-            Queue::InOrder(q) => Queue::InOrder(q.clone()),
+        let fifo = match &self.fifo {
+            Fifo::Delta(q) => Fifo::Delta(q.clone()),
+            Fifo::InOrder(q) => Fifo::InOrder(q.clone()),
+        };
+        Queue {
+            fifo,
+            metrics: self.metrics.clone(),
+            watermark: self.watermark.clone(),
         }
     }
 }
@@ -730,26 +902,58 @@ impl<K> Clone for Queue<K> {
 /// Calls the same method on whichever queue it is.
 macro_rules! each {
     ($queue:expr, $q:ident => $call:expr) => {
-        match $queue {
-            Queue::Delta($q) => $call,
-            Queue::InOrder($q) => $call,
+        match &$queue.fifo {
+            Fifo::Delta($q) => $call,
+            Fifo::InOrder($q) => $call,
         }
     };
 }
 
 impl<K: Object> Queue<K> {
-    /// Pops once into `inner`'s processing.
+    /// Pops once into `inner`'s processing; times it for the metrics, if any.
     async fn pop(&self, inner: &Inner<K>) -> Result<(), PopError> {
-        match self {
-            Queue::Delta(q) => {
-                q.pop(|d, initial| inner.process(d.key().clone(), d, initial))
-                    .await
+        let timed = self.metrics.is_some();
+        let started = match &self.fifo {
+            Fifo::Delta(q) => {
+                q.pop(|d, initial| {
+                    let started = timed.then(Instant::now);
+                    inner.process(d.key().clone(), d, initial);
+                    started
+                })
+                .await
             }
-            Queue::InOrder(q) => {
-                q.pop(|key, d, initial| inner.process(key, [d], initial))
-                    .await
+            Fifo::InOrder(q) => {
+                q.pop(|item, initial| {
+                    let started = timed.then(Instant::now);
+                    inner.process_item(item, initial);
+                    started
+                })
+                .await
             }
+        }?;
+        if let (Some(metrics), Some(started)) = (&self.metrics, started) {
+            metrics.processed(started);
+            self.observe(metrics);
         }
+        Ok(())
+    }
+
+    /// Updates the queue's gauges.
+    fn observe(&self, metrics: &InformerMetrics) {
+        metrics.queued(self.len());
+        metrics.store_resource_version(self.watermark.get());
+    }
+
+    /// The reflector brought something from the server: the informer heard from it.
+    fn heard(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.heard();
+            self.observe(metrics);
+        }
+    }
+
+    fn len(&self) -> usize {
+        each!(self, q => q.len())
     }
 
     fn has_synced(&self) -> bool {
@@ -771,46 +975,66 @@ impl<K: Object> Queue<K> {
 
 impl<K: Object> ReflectorStore<K> for Queue<K> {
     fn add(&self, object: K) {
-        each!(self, q => q.add(object))
+        each!(self, q => q.add(object));
+        self.heard();
     }
 
     fn update(&self, object: K) {
-        each!(self, q => q.update(object))
+        each!(self, q => q.update(object));
+        self.heard();
     }
 
     fn delete(&self, object: K) {
-        each!(self, q => q.delete(object))
+        each!(self, q => q.delete(object));
+        self.heard();
     }
 
     fn replace(&self, objects: Vec<K>, resource_version: &str) {
-        each!(self, q => q.replace(objects, resource_version))
+        each!(self, q => q.replace(objects, resource_version));
+        self.heard();
     }
 
     fn resync(&self) {
-        each!(self, q => q.resync())
+        each!(self, q => q.resync());
+        if let Some(metrics) = &self.metrics {
+            self.observe(metrics);
+        }
+    }
+
+    fn bookmark(&self, resource_version: &str) {
+        each!(self, q => q.bookmark(resource_version));
+        self.heard();
     }
 }
 
-/// A started informer; stopping it (explicitly, or by drop) ends the reflector, closes the
-/// FIFO and stops the handlers.
+/// A started informer; stopping it (explicitly, or by drop) ends the reflector and the
+/// processing loop, closes the FIFO and stops the handlers.
 struct Running<'a, K: Object> {
     inner: &'a Arc<Inner<K>>,
     reflector: Option<JoinHandle<()>>,
+    process: Option<JoinHandle<()>>,
 }
 
 impl<K: Object> Running<'_, K> {
+    /// Returns the tasks to await: the handlers' and the processing loop's (which stops at
+    /// its next pop).
     fn stop(&mut self) -> Vec<JoinHandle<()>> {
         if let Some(reflector) = self.reflector.take() {
             reflector.abort();
         }
+        let process = self.process.take().inspect(JoinHandle::abort);
         if let Some(fifo) = self.inner.fifo.get() {
             fifo.close();
         }
         let mut state = self.inner.state.lock();
-        if state.processor.is_stopped() {
-            return Vec::new();
-        }
-        state.processor.stop()
+        let mut tasks = if state.processor.is_stopped() {
+            Vec::new()
+        } else {
+            state.processor.stop()
+        };
+        drop(state);
+        tasks.extend(process);
+        tasks
     }
 }
 

@@ -18,7 +18,7 @@ use informer::lister_watcher::{Error, ErrorKind, Result, WatchEvent};
 use informer::{
     DeletedObject, EventHandler, EventStream, FifoKind, HandlerFns, IndexFunc, InformerError,
     InformerOptions, ListOptions, ListPage, ListerWatcher, Registration, SharedIndexInformer,
-    WatchOptions,
+    WatchOptions, metrics,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use parking_lot::Mutex;
@@ -176,15 +176,39 @@ impl EventHandler<ConfigMap> for Log {
 
 // === helpers ===
 
-fn options(resync: Duration) -> InformerOptions {
+fn options(resync: Duration, fifo: FifoKind) -> InformerOptions {
     let mut options = InformerOptions::named("test");
     options.resync_period = resync;
+    options.fifo = fifo;
     options.reflector.watch_list = false;
     options
 }
 
-fn informer(fake: &Fake, resync: Duration) -> Arc<SharedIndexInformer<ConfigMap>> {
-    Arc::new(SharedIndexInformer::new(fake.clone(), options(resync)))
+fn informer(fake: &Fake, resync: Duration, fifo: FifoKind) -> Arc<SharedIndexInformer<ConfigMap>> {
+    Arc::new(SharedIndexInformer::new(
+        fake.clone(),
+        options(resync, fifo),
+    ))
+}
+
+/// Declares the behaviour test `async fn $name(fifo: FifoKind)` (written below it) as two
+/// tests, `$name::delta` and `$name::in_order`: one per queue, with the given attribute.
+macro_rules! on_both_queues {
+    (#[$attr:meta] $name:ident) => {
+        mod $name {
+            use super::*;
+
+            #[$attr]
+            async fn in_order() {
+                super::$name(FifoKind::InOrder).await;
+            }
+
+            #[$attr]
+            async fn delta() {
+                super::$name(FifoKind::Delta).await;
+            }
+        }
+    };
 }
 
 /// A running informer and the means to stop it.
@@ -234,12 +258,15 @@ async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
 
 // === delivery ===
 
-#[tokio::test(start_paused = true)]
-async fn every_handler_receives_every_notification_in_order() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    every_handler_receives_every_notification_in_order
+);
+async fn every_handler_receives_every_notification_in_order(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let logs: Vec<Log> = (0..3).map(|_| Log::default()).collect();
     let regs: Vec<Registration> = logs
         .iter()
@@ -273,11 +300,14 @@ async fn every_handler_receives_every_notification_in_order() {
     running.stop().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn objects_are_shared_by_the_cache_and_every_handler_never_copied() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    objects_are_shared_by_the_cache_and_every_handler_never_copied
+);
+async fn objects_are_shared_by_the_cache_and_every_handler_never_copied(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1")], "1");
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let seen: Arc<Mutex<Vec<Arc<ConfigMap>>>> = Arc::default();
     for _ in 0..2 {
         let seen = seen.clone();
@@ -321,8 +351,11 @@ fn counter() -> (
     tokio::sync::watch::channel(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_slow_handler_delays_neither_the_other_handlers_nor_the_fifo() {
+on_both_queues!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    a_slow_handler_delays_neither_the_other_handlers_nor_the_fifo
+);
+async fn a_slow_handler_delays_neither_the_other_handlers_nor_the_fifo(fifo: FifoKind) {
     let fake = Fake::default();
     let listed: Vec<(String, String)> = (0..100).map(|i| (format!("l{i}"), "1".into())).collect();
     let listed: Vec<(&str, &str)> = listed
@@ -331,7 +364,7 @@ async fn a_slow_handler_delays_neither_the_other_handlers_nor_the_fifo() {
         .collect();
     fake.list(&listed, "1");
     let watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
 
     let (open_gate, gate) = std::sync::mpsc::channel();
     let (slow_count, mut slow_seen) = counter();
@@ -387,12 +420,15 @@ async fn a_slow_handler_delays_neither_the_other_handlers_nor_the_fifo() {
 
 // === late handlers ===
 
-#[tokio::test(start_paused = true)]
-async fn a_handler_added_late_receives_the_whole_cache_then_later_changes() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    a_handler_added_late_receives_the_whole_cache_then_later_changes
+);
+async fn a_handler_added_late_receives_the_whole_cache_then_later_changes(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1"), ("c", "1")], "1");
     let watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let early = Log::default();
     informer.add_event_handler(early.clone()).unwrap();
     let running = run(&informer);
@@ -435,12 +471,15 @@ async fn a_handler_added_late_receives_the_whole_cache_then_later_changes() {
 
 // === resync ===
 
-#[tokio::test(start_paused = true)]
-async fn periodic_resync_reaches_only_the_handlers_whose_period_is_due() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    periodic_resync_reaches_only_the_handlers_whose_period_is_due
+);
+async fn periodic_resync_reaches_only_the_handlers_whose_period_is_due(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let _watch = fake.watch();
-    let informer = informer(&fake, 10 * SECOND);
+    let informer = informer(&fake, 10 * SECOND, fifo);
     let every10 = Log::default();
     let every30 = Log::default();
     let never = Log::default();
@@ -465,12 +504,15 @@ async fn periodic_resync_reaches_only_the_handlers_whose_period_is_due() {
     running.stop().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_relist_of_unchanged_objects_reaches_only_the_handlers_marked_for_resync() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    a_relist_of_unchanged_objects_reaches_only_the_handlers_marked_for_resync
+);
+async fn a_relist_of_unchanged_objects_reaches_only_the_handlers_marked_for_resync(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let first = fake.watch();
-    let informer = informer(&fake, 10 * SECOND);
+    let informer = informer(&fake, 10 * SECOND, fifo);
     let due = Log::default();
     let not_due = Log::default();
     informer.add_event_handler(due.clone()).unwrap();
@@ -502,12 +544,15 @@ async fn a_relist_of_unchanged_objects_reaches_only_the_handlers_marked_for_resy
     running.stop().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn without_resync_a_relist_of_unchanged_objects_notifies_nobody() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    without_resync_a_relist_of_unchanged_objects_notifies_nobody
+);
+async fn without_resync_a_relist_of_unchanged_objects_notifies_nobody(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let first = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let log = Log::default();
     informer.add_event_handler(log.clone()).unwrap();
     let running = run(&informer);
@@ -524,10 +569,13 @@ async fn without_resync_a_relist_of_unchanged_objects_notifies_nobody() {
     running.stop().await;
 }
 
-#[tokio::test]
-async fn handler_resync_periods_follow_client_go_rules() {
+on_both_queues!(
+    #[tokio::test]
+    handler_resync_periods_follow_client_go_rules
+);
+async fn handler_resync_periods_follow_client_go_rules(fifo: FifoKind) {
     let fake = Fake::default();
-    let informer = informer(&fake, 30 * SECOND);
+    let informer = informer(&fake, 30 * SECOND, fifo);
     let default = informer.add_event_handler(Log::default()).unwrap();
     assert_eq!(default.resync_period(), 30 * SECOND);
 
@@ -546,7 +594,7 @@ async fn handler_resync_periods_follow_client_go_rules() {
     assert_eq!(informer.resync_check_period(), SECOND);
 
     // After the start, the check period is fixed: a shorter period is raised to it.
-    let informer = self::informer(&fake, 30 * SECOND);
+    let informer = self::informer(&fake, 30 * SECOND, fifo);
     let running = run(&informer);
     settle().await;
     let late = informer
@@ -556,7 +604,7 @@ async fn handler_resync_periods_follow_client_go_rules() {
     assert_eq!(informer.resync_check_period(), 30 * SECOND);
 
     // An informer that never resyncs ignores what handlers ask.
-    let never = self::informer(&fake, Duration::ZERO);
+    let never = self::informer(&fake, Duration::ZERO, fifo);
     let asked = never
         .add_event_handler_with_resync(Log::default(), 10 * SECOND)
         .unwrap();
@@ -567,10 +615,13 @@ async fn handler_resync_periods_follow_client_go_rules() {
 
 // === has_synced ===
 
-#[tokio::test(start_paused = true)]
-async fn has_synced_waits_for_the_first_list_to_be_processed() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    has_synced_waits_for_the_first_list_to_be_processed
+);
+async fn has_synced_waits_for_the_first_list_to_be_processed(fifo: FifoKind) {
     let fake = Fake::default();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let reg = informer.add_event_handler(Log::default()).unwrap();
     assert!(!informer.has_synced(), "not before run");
     assert!(!reg.has_synced());
@@ -587,12 +638,15 @@ async fn has_synced_waits_for_the_first_list_to_be_processed() {
     running.stop().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_empty_first_list_syncs_at_once() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    an_empty_first_list_syncs_at_once
+);
+async fn an_empty_first_list_syncs_at_once(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[], "7");
     let _watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let reg = informer.add_event_handler(Log::default()).unwrap();
     let running = run(&informer);
     settle().await;
@@ -604,12 +658,15 @@ async fn an_empty_first_list_syncs_at_once() {
 
 // === transform ===
 
-#[tokio::test(start_paused = true)]
-async fn the_transform_runs_once_per_object_before_it_is_cached_and_handed_out() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    the_transform_runs_once_per_object_before_it_is_cached_and_handed_out
+);
+async fn the_transform_runs_once_per_object_before_it_is_cached_and_handed_out(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
     informer
@@ -658,12 +715,15 @@ async fn the_transform_runs_once_per_object_before_it_is_cached_and_handed_out()
 
 // === watch errors ===
 
-#[tokio::test(start_paused = true)]
-async fn the_watch_error_handler_hears_a_refused_watch_and_the_informer_recovers() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    the_watch_error_handler_hears_a_refused_watch_and_the_informer_recovers
+);
+async fn the_watch_error_handler_hears_a_refused_watch_and_the_informer_recovers(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1")], "1");
     fake.refuse_watch(ErrorKind::Other);
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let errors: Arc<Mutex<Vec<(ErrorKind, String)>>> = Arc::default();
     let e = errors.clone();
     informer
@@ -693,12 +753,15 @@ async fn the_watch_error_handler_hears_a_refused_watch_and_the_informer_recovers
 
 // === removal ===
 
-#[tokio::test(start_paused = true)]
-async fn a_removed_handler_receives_nothing_more_and_removal_is_idempotent() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    a_removed_handler_receives_nothing_more_and_removal_is_idempotent
+);
+async fn a_removed_handler_receives_nothing_more_and_removal_is_idempotent(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1")], "1");
     let watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let removed = Log::default();
     let kept = Log::default();
     let reg = informer.add_event_handler(removed.clone()).unwrap();
@@ -710,7 +773,7 @@ async fn a_removed_handler_receives_nothing_more_and_removal_is_idempotent() {
     assert!(reg.is_stopped());
     informer.remove_event_handler(&reg);
     // A registration from another informer is not this informer's business.
-    let other = self::informer(&Fake::default(), Duration::ZERO);
+    let other = self::informer(&Fake::default(), Duration::ZERO, fifo);
     let foreign = other.add_event_handler(Log::default()).unwrap();
     informer.remove_event_handler(&foreign);
     assert!(!foreign.is_stopped());
@@ -724,12 +787,15 @@ async fn a_removed_handler_receives_nothing_more_and_removal_is_idempotent() {
 
 // === panics ===
 
-#[tokio::test(start_paused = true)]
-async fn a_panicking_handler_is_isolated_and_goes_on_with_the_next_notification() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    a_panicking_handler_is_isolated_and_goes_on_with_the_next_notification
+);
+async fn a_panicking_handler_is_isolated_and_goes_on_with_the_next_notification(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("boom", "1"), ("c", "1")], "1");
     let watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let survivor = Log::default();
     let s = survivor.clone();
     let panicky = informer
@@ -782,7 +848,7 @@ async fn a_deletion_missed_while_disconnected_arrives_as_a_tombstone_after_the_r
 async fn tombstone_after_relist(watch_list: bool, fifo: FifoKind) {
     let fake = Fake::default();
     let first = fake.watch();
-    let mut options = options(Duration::ZERO);
+    let mut options = options(Duration::ZERO, fifo);
     options.reflector.watch_list = watch_list;
     options.fifo = fifo;
     let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
@@ -848,7 +914,7 @@ async fn heard_while_behind(fifo: FifoKind) -> Vec<String> {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let watch = fake.watch();
-    let mut options = options(Duration::ZERO);
+    let mut options = options(Duration::ZERO, fifo);
     (options.fifo, options.pop_delay) = (fifo, SECOND);
     let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
     let log = Log::default();
@@ -896,12 +962,15 @@ async fn both_queues_deliver_every_change_the_delta_fifo_by_key_the_real_fifo_as
 
 // === the pop hook ===
 
-#[tokio::test(start_paused = true)]
-async fn the_pop_hook_sees_each_pop_and_what_the_informer_did_in_order() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    the_pop_hook_sees_each_pop_and_what_the_informer_did_in_order
+);
+async fn the_pop_hook_sees_each_pop_and_what_the_informer_did_in_order(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1"), ("b", "1")], "1");
     let first = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     informer.add_event_handler(Log::default()).unwrap();
     let pops = Log::default();
     let (heard, cache) = (pops.clone(), informer.get_indexer().clone());
@@ -953,18 +1022,20 @@ async fn the_pop_hook_sees_each_pop_and_what_the_informer_did_in_order() {
     first.fail(ErrorKind::Gone);
     pass(5 * SECOND).await;
 
-    assert_eq!(
-        pops.lines(),
-        [
-            "ns/a (initial): Replaced@1 → Add to 1; cache 1",
-            "ns/b (initial): Replaced@1 → Add to 1; cache 2",
-            "ns/c: Added@2 → Add to 1; cache 3",
-            "ns/c: Updated@3 → Update to 1; cache 3",
-            "ns/c: Deleted@4 → Delete to 1; cache 2",
-            "ns/a: Replaced@1 → Resync to 0; cache 2",
-            "ns/b: Deleted@1 (tombstone) → Delete to 1; cache 1",
-        ]
-    );
+    let mut expected = vec![
+        "ns/a (initial): Replaced@1 → Add to 1; cache 1",
+        "ns/b (initial): Replaced@1 → Add to 1; cache 2",
+        "ns/c: Added@2 → Add to 1; cache 3",
+        "ns/c: Updated@3 → Update to 1; cache 3",
+        "ns/c: Deleted@4 → Delete to 1; cache 2",
+    ];
+    // The relist: the in-order queue applies what is gone first, the DeltaFIFO last.
+    let gone = "ns/b: Deleted@1 (tombstone) → Delete to 1; cache 1";
+    match fifo {
+        FifoKind::InOrder => expected.extend([gone, "ns/a: Replaced@1 → Resync to 0; cache 1"]),
+        FifoKind::Delta => expected.extend(["ns/a: Replaced@1 → Resync to 0; cache 2", gone]),
+    }
+    assert_eq!(pops.lines(), expected);
     running.stop().await;
 }
 
@@ -980,12 +1051,15 @@ fn sorted(lines: &[&str]) -> Vec<String> {
 struct Tracked(#[allow(dead_code)] Arc<()>);
 impl EventHandler<ConfigMap> for Tracked {}
 
-#[tokio::test(start_paused = true)]
-async fn run_twice_returns_at_once_and_a_stopped_informer_refuses_handlers() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    run_twice_returns_at_once_and_a_stopped_informer_refuses_handlers
+);
+async fn run_twice_returns_at_once_and_a_stopped_informer_refuses_handlers(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1")], "1");
     let _watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let alive = Arc::new(());
     let reg = informer.add_event_handler(Tracked(alive.clone())).unwrap();
     let running = run(&informer);
@@ -1026,15 +1100,356 @@ async fn run_twice_returns_at_once_and_a_stopped_informer_refuses_handlers() {
     assert_eq!(informer.lister().list().len(), 1);
 }
 
-#[tokio::test(start_paused = true)]
-async fn dropping_the_run_future_stops_the_informer() {
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    dropping_the_run_future_stops_the_informer
+);
+async fn dropping_the_run_future_stops_the_informer(fifo: FifoKind) {
     let fake = Fake::default();
     fake.list(&[("a", "1")], "1");
     let _watch = fake.watch();
-    let informer = informer(&fake, Duration::ZERO);
+    let informer = informer(&fake, Duration::ZERO, fifo);
     let running = run(&informer);
     settle().await;
     running.task.abort();
     let _ = running.task.await;
     assert!(informer.is_stopped());
+}
+
+// === the store's resource-version watermark ===
+
+/// Runs an informer on `fifo` whose pops lag a second each, through a list, a burst of watch
+/// events queued before they pop (a bookmark among them), and a relist. Returns, per pop, its
+/// key and the watermark when the pop began (what the pops before it had earned), then the
+/// watermark at the end.
+async fn watermark_per_pop(fifo: FifoKind) -> Vec<String> {
+    let fake = Fake::default();
+    fake.list(&[("x", "1")], "2");
+    let watch = fake.watch();
+    let mut options = options(Duration::ZERO, fifo);
+    (options.fifo, options.pop_delay) = (fifo, SECOND);
+    let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
+    let mut watermark = informer.watch_store_resource_version();
+    assert_eq!(informer.store_resource_version(), 0, "nothing applied yet");
+    let pops = Log::default();
+    let (heard, reader) = (pops.clone(), informer.clone());
+    informer.on_pop(move |pop| {
+        let line = format!("{}@{}", pop.key, reader.store_resource_version());
+        heard.0.lock().push(line);
+    });
+    let running = run(&informer);
+    bounded("the first list", watermark.wait_for(|&rv| rv == 2))
+        .await
+        .unwrap();
+    for event in [
+        WatchEvent::Added(cm("b", "3")),
+        WatchEvent::Added(cm("a", "5")),
+        WatchEvent::Modified(cm("b", "7")),
+        // Not an integer: moves nothing, breaks nothing.
+        WatchEvent::Added(cm("c", "x9")),
+        WatchEvent::Bookmark {
+            resource_version: "9".into(),
+            initial_events_end: false,
+        },
+    ] {
+        watch.send(event);
+    }
+    bounded("the burst", watermark.wait_for(|&rv| rv == 9))
+        .await
+        .unwrap();
+    // The watch breaks; the relist has `d` new and `x` gone.
+    let _second = fake.watch();
+    fake.list(&[("a", "5"), ("b", "7"), ("c", "x9"), ("d", "11")], "12");
+    watch.fail(ErrorKind::Gone);
+    bounded("the relist", watermark.wait_for(|&rv| rv == 12))
+        .await
+        .unwrap();
+    let mut lines = pops.lines();
+    lines.push(format!("end@{}", informer.store_resource_version()));
+    running.stop().await;
+    lines
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_in_order_fifo_the_watermark_follows_each_applied_event() {
+    assert_eq!(
+        watermark_per_pop(FifoKind::InOrder).await,
+        [
+            "ns/x@0", "ns/b@2", "ns/a@3", "ns/b@5", "ns/c@7",
+            // The relist: tombstones first, then the listed objects; the list's version
+            // counts once all of it is applied.
+            "ns/x@9", "ns/a@9", "ns/b@9", "ns/c@9", "ns/d@9", "end@12",
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_delta_fifo_the_watermark_moves_only_when_the_queue_is_drained() {
+    // `b` is popped first with both its deltas (3 and 7) while `a@5` still waits: keys pop in
+    // first-arrival order, so 7 is not safe until `a` is applied, nor even 3 once the queue
+    // holds deltas of unknown order. The watermark waits for the queue to empty.
+    assert_eq!(
+        watermark_per_pop(FifoKind::Delta).await,
+        [
+            "ns/x@0", "ns/b@2", "ns/a@2", "ns/c@2", "ns/a@9", "ns/b@9", "ns/c@9", "ns/d@9",
+            "ns/x@9", "end@12",
+        ]
+    );
+}
+
+/// Threads that keep adding handlers (resynced every second) and removing one of theirs
+/// until the informer refuses one, as client-go's `TestSharedInformerHandlerAbuse` does;
+/// each returns how many registrations it made.
+fn churn_handlers(
+    informer: &Arc<SharedIndexInformer<ConfigMap>>,
+    threads: usize,
+    added: &Arc<AtomicUsize>,
+) -> Vec<std::thread::JoinHandle<usize>> {
+    (0..threads)
+        .map(|seed| {
+            let (informer, added) = (informer.clone(), added.clone());
+            std::thread::spawn(move || {
+                let mut registrations = Vec::new();
+                // A small xorshift: which step to take, and which handler to remove.
+                let mut x = (seed as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut made = 0;
+                loop {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if x % 2 == 1 && !registrations.is_empty() {
+                        let at = (x / 2) as usize % registrations.len();
+                        informer.remove_event_handler(&registrations.swap_remove(at));
+                        continue;
+                    }
+                    match informer.add_event_handler_with_resync(Tracked(Arc::default()), SECOND) {
+                        Ok(registration) => {
+                            made += 1;
+                            added.fetch_add(1, Ordering::SeqCst);
+                            registrations.push(registration);
+                        }
+                        Err(error) => {
+                            assert_eq!(error, InformerError::Stopped);
+                            assert_eq!(error.to_string(), "informer has stopped already");
+                            return made;
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+on_both_queues!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    stopping_while_threads_add_and_remove_handlers_returns_and_refuses_them
+);
+async fn stopping_while_threads_add_and_remove_handlers_returns_and_refuses_them(fifo: FifoKind) {
+    let fake = Fake::default();
+    let objects: Vec<(String, String)> = (0..50)
+        .map(|i| (format!("cm{i}"), "1".to_owned()))
+        .collect();
+    let objects: Vec<(&str, &str)> = objects
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    fake.list(&objects, "1");
+    let watch = fake.watch();
+    let informer = informer(&fake, SECOND, fifo);
+    let running = run(&informer);
+    bounded("the first list", informer.wait_synced()).await;
+    let added = Arc::new(AtomicUsize::new(0));
+    let threads = churn_handlers(&informer, 64, &added);
+    // Events keep flowing while handlers come and go.
+    for i in 0..10_000 {
+        let name = format!("cm{}", i % 50);
+        let version = format!("{}", i + 2);
+        watch.send(match i % 3 {
+            0 => WatchEvent::Modified(cm(&name, &version)),
+            1 => WatchEvent::Deleted(cm(&name, &version)),
+            _ => WatchEvent::Added(cm(&name, &version)),
+        });
+        if i % 100 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    // Stop only once the churn is well under way, with a backlog still queued.
+    bounded("handlers to pile up", async {
+        while added.load(Ordering::SeqCst) < 10_000 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    bounded("run to return while handlers churn", running.stop()).await;
+    assert!(informer.is_stopped());
+    let made = tokio::task::spawn_blocking(move || {
+        threads
+            .into_iter()
+            .map(|thread| thread.join().expect("no thread panicked"))
+            .sum::<usize>()
+    })
+    .await
+    .unwrap();
+    assert_eq!(made, added.load(Ordering::SeqCst));
+    assert!(made > 0, "handlers were added while the informer ran");
+}
+
+// === metrics ===
+
+/// Writes down what an informer's metrics are told: per series, the last value (gauges),
+/// the number of observations (the histogram), and every time the informer heard from the
+/// server, as an offset from `epoch`.
+#[derive(Debug, Default)]
+struct Recorded {
+    queued: Mutex<Vec<f64>>,
+    latencies: AtomicUsize,
+    resource_version: Mutex<Vec<f64>>,
+    heard: Mutex<Vec<Duration>>,
+    names: Mutex<Vec<String>>,
+}
+
+#[derive(Debug)]
+struct Recorder(Arc<Recorded>, tokio::time::Instant);
+
+struct Series(Arc<Recorded>, &'static str, tokio::time::Instant);
+
+impl metrics::GaugeMetric for Series {
+    fn set(&self, value: f64) {
+        match self.1 {
+            "queued" => self.0.queued.lock().push(value),
+            _ => self.0.resource_version.lock().push(value),
+        }
+    }
+}
+
+impl metrics::HistogramMetric for Series {
+    fn observe(&self, value: f64) {
+        assert!(value >= 0.0);
+        self.0.latencies.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl metrics::StalenessMetric for Series {
+    fn heard(&self, at: std::time::Instant) {
+        // Paused tokio time and the clock the informer reads agree on differences only.
+        let _ = at;
+        self.0
+            .heard
+            .lock()
+            .push(tokio::time::Instant::now() - self.2);
+    }
+}
+
+impl metrics::MetricsProvider for Recorder {
+    fn new_queued_items_metric(&self, name: &str) -> Box<dyn metrics::GaugeMetric> {
+        self.0.names.lock().push(name.to_owned());
+        Box::new(Series(self.0.clone(), "queued", self.1))
+    }
+    fn new_processing_latency_metric(&self, _: &str) -> Box<dyn metrics::HistogramMetric> {
+        Box::new(Series(self.0.clone(), "latency", self.1))
+    }
+    fn new_store_resource_version_metric(&self, _: &str) -> Box<dyn metrics::GaugeMetric> {
+        Box::new(Series(self.0.clone(), "rv", self.1))
+    }
+    fn new_staleness_metric(&self, _: &str) -> Box<dyn metrics::StalenessMetric> {
+        Box::new(Series(self.0.clone(), "staleness", self.1))
+    }
+}
+
+on_both_queues!(
+    #[tokio::test(start_paused = true)]
+    metrics_follow_the_queue_the_store_and_what_the_server_said
+);
+async fn metrics_follow_the_queue_the_store_and_what_the_server_said(fifo: FifoKind) {
+    let fake = Fake::default();
+    fake.list(&[("a", "1"), ("b", "2")], "3");
+    let watch = fake.watch();
+    let recorded = Arc::new(Recorded::default());
+    let epoch = tokio::time::Instant::now();
+    let mut options = options(Duration::ZERO, fifo);
+    options.metrics = Some(Arc::new(Recorder(recorded.clone(), epoch)));
+    options.pop_delay = SECOND;
+    let informer = Arc::new(SharedIndexInformer::new(fake.clone(), options));
+    assert_eq!(*recorded.names.lock(), ["test"], "asked once, by name");
+    let running = run(&informer);
+    bounded("the first list", informer.wait_synced()).await;
+    pass(10 * SECOND).await;
+    let events = epoch.elapsed();
+    watch.send(WatchEvent::Modified(cm("a", "4")));
+    watch.send(WatchEvent::Added(cm("c", "5")));
+    pass(10 * SECOND).await;
+    let bookmark = epoch.elapsed();
+    watch.send(WatchEvent::Bookmark {
+        resource_version: "9".into(),
+        initial_events_end: false,
+    });
+    settle().await;
+    running.stop().await;
+
+    // Heard: at the start, the list (at once), the two events and the bookmark as they came.
+    let zero = Duration::ZERO;
+    assert_eq!(
+        *recorded.heard.lock(),
+        [zero, zero, events, events, bookmark]
+    );
+    // The queue grew with each event and emptied with each pop.
+    let queued = recorded.queued.lock().clone();
+    assert_eq!(
+        queued.first(),
+        Some(&match fifo {
+            FifoKind::InOrder => 1.0, // the relist is one item
+            FifoKind::Delta => 2.0,   // a key per object
+        })
+    );
+    assert_eq!(queued.last(), Some(&0.0));
+    assert!(
+        queued.contains(&2.0),
+        "both events queued before the first pop: {queued:?}"
+    );
+    // One observation per pop: the list's (one item, or two keys), then one per event.
+    let pops = match fifo {
+        FifoKind::InOrder => 1 + 2,
+        FifoKind::Delta => 2 + 2,
+    };
+    assert_eq!(recorded.latencies.load(Ordering::SeqCst), pops);
+    assert_eq!(recorded.resource_version.lock().last(), Some(&9.0));
+    assert_eq!(informer.store_resource_version(), 9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_is_seen_while_a_backlog_remains() {
+    // The DeltaFIFO turns a list of 2,000 objects into 2,000 pops, none of which awaits.
+    let fake = Fake::default();
+    let names: Vec<String> = (0..2_000).map(|i| format!("cm{i}")).collect();
+    let objects: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+    fake.list(&objects, "1");
+    let _watch = fake.watch();
+    let informer = informer(&fake, Duration::ZERO, FifoKind::Delta);
+    // The first pop asks the informer to stop.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stop = Mutex::new(Some(stop));
+    let pops = Arc::new(AtomicUsize::new(0));
+    let counted = pops.clone();
+    informer.on_pop(move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        if let Some(stop) = stop.lock().take() {
+            let _ = stop.send(());
+        }
+    });
+    bounded(
+        "run to return",
+        informer.run(async {
+            let _ = stopped.await;
+        }),
+    )
+    .await;
+    assert!(informer.is_stopped());
+    // One task, so the pops could only starve `run` if `run` drove them itself: it sees the
+    // signal once the processing task spends its cooperative budget.
+    let pops = pops.load(Ordering::SeqCst);
+    assert!(
+        pops < 2_000,
+        "the whole backlog was applied before stopping"
+    );
+    assert!(pops > 0);
 }

@@ -130,6 +130,10 @@ pub struct CacheOptions {
     pub keep_typed: bool,
     /// Per-kind transforms, by (group, kind); set with [`transform`](Self::transform).
     pub transforms: HashMap<(&'static str, &'static str), KindTransform>,
+    /// Where every informer's metrics go; `None` (the default) records none. A manager sets
+    /// its own registry's ([`Metrics::informers`](super::metrics::Metrics::informers)) unless
+    /// one is set.
+    pub informer_metrics: Option<Arc<dyn informer::metrics::MetricsProvider>>,
 }
 
 /// A transform of one kind's cached objects, set by [`CacheOptions::transform`].
@@ -170,6 +174,7 @@ impl Default for CacheOptions {
             selectors: HashMap::new(),
             keep_typed: false,
             transforms: HashMap::new(),
+            informer_metrics: None,
         }
     }
 }
@@ -271,6 +276,9 @@ impl Cache {
     pub fn new(client: Client, options: CacheOptions) -> Self {
         let factory = |namespace: Option<&str>| {
             let mut factory = InformerFactory::new(client.clone()).resync(options.resync);
+            if let Some(metrics) = &options.informer_metrics {
+                factory = factory.metrics(metrics.clone());
+            }
             if let Some(ns) = namespace {
                 factory = factory.namespace(ns);
             }

@@ -123,6 +123,20 @@
 //!     }
 //! }
 //! ```
+//!
+//! # Priorities
+//!
+//! The queue is a priority queue (controller-runtime's default since v0.23): live changes
+//! go first. An object from the informer's initial list, and a resync of an object that did
+//! not change (same `resourceVersion`), enter at [`LOW_PRIORITY`]; every other event at 0.
+//! A key keeps its priority when it is queued again (error, `requeue`, `requeue_after`)
+//! unless the [`Action`] sets one ([`Action::priority`]), and a key queued at several
+//! priorities takes the highest. Unlike controller-runtime's, a waiting key ages: it rises
+//! one level per second waited, so a key from the initial list is reconciled no later than
+//! a live change made 100 s after it would be, however busy the controller is (the
+//! [workqueue's docs](workqueue#priorities) prove the bound).
+//! [`Controller::use_priority_queue(false)`](Controller::use_priority_queue) gives back the
+//! plain FIFO.
 
 use std::any::Any;
 use std::collections::hash_map::RandomState;
@@ -141,7 +155,9 @@ use informer::{DeletedObject, EventHandler, Key};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tracing::{Instrument, Span};
-use workqueue::{QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter};
+use workqueue::{
+    AddOpts, QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter,
+};
 
 use super::cache::{self, CacheError, CachedKind};
 use super::manager::{Manager, ManagerError};
@@ -157,7 +173,12 @@ use crate::client::Raw;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Action {
     next: Next,
+    priority: Option<i32>,
 }
+
+/// The priority of events from an initial list and of resyncs of unchanged objects
+/// (controller-runtime's `handler.LowPriority`); live changes enter at 0.
+pub const LOW_PRIORITY: i32 = -100;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Next {
@@ -169,7 +190,10 @@ enum Next {
 impl Action {
     /// Nothing more to do until the next event.
     pub fn done() -> Self {
-        Action { next: Next::Done }
+        Action {
+            next: Next::Done,
+            priority: None,
+        }
     }
 
     /// Look again after `delay`, or sooner if an event for the object comes first (which
@@ -181,6 +205,7 @@ impl Action {
         }
         Action {
             next: Next::RequeueAfter(delay),
+            priority: None,
         }
     }
 
@@ -189,7 +214,30 @@ impl Action {
     pub fn requeue() -> Self {
         Action {
             next: Next::Requeue,
+            priority: None,
         }
+    }
+
+    /// Queues the key again at `priority` (higher first; live changes are 0, an initial list
+    /// [`LOW_PRIORITY`]) instead of the priority it was reconciled at, which a requeue keeps
+    /// otherwise (controller-runtime's `Result.Priority`). Only a requeue uses it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use controller_runtime::runtime::controller::Action;
+    ///
+    /// // Look again in a minute, behind live changes.
+    /// let action = Action::requeue_after(Duration::from_secs(60)).priority(-10);
+    /// assert_eq!(action.requeue_priority(), Some(-10));
+    /// ```
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// The priority set with [`priority`](Self::priority), if any.
+    pub fn requeue_priority(&self) -> Option<i32> {
+        self.priority
     }
 
     /// The delay asked for, if this is a `requeue_after`.
@@ -398,7 +446,7 @@ impl ObjectRef {
 type Queue = RateLimitingQueue<Key>;
 
 /// Wires one watch to the controller's queue once the queue exists.
-type Wire = Box<dyn FnOnce(&Manager, &Queue, &Arc<[Predicate]>) -> Result<(), CacheError> + Send>;
+type Wire = Box<dyn FnOnce(&Manager, &Target) -> Result<(), CacheError> + Send>;
 
 /// A controller for kind `K`, built in a line or two and run by the [`Manager`].
 ///
@@ -428,6 +476,8 @@ pub struct Controller<K> {
     wires: Vec<Wire>,
     max_concurrent: usize,
     rate_limiter: Option<Box<dyn RateLimiter<Key>>>,
+    /// Whether events enter the queue at their priority (see [Priorities](self#priorities)).
+    priorities: bool,
     /// The RBAC rules declared with [`rbac`](Self::rbac) and inferred from `owns`.
     rules: Vec<Rule>,
     /// Set with [`reconcile_timeout`](Self::reconcile_timeout); zero is no limit.
@@ -448,6 +498,7 @@ impl<K: CachedKind> Controller<K> {
             wires: Vec::new(),
             max_concurrent: 1,
             rate_limiter: None,
+            priorities: true,
             rules: Vec::new(),
             reconcile_timeout: None,
             on_delete: None,
@@ -484,7 +535,7 @@ impl<K: CachedKind> Controller<K> {
         self.rules.extend(rbac::owner_reference_rules::<K, D>());
         let predicate = predicate.into();
         let namespaced = <K::Scope as crate::informers::InformerScope>::NAMESPACED;
-        self.wires.push(Box::new(move |manager, queue, filters| {
+        self.wires.push(Box::new(move |manager, target| {
             let map = move |obj: &Raw<D>, out: &mut dyn FnMut(Key)| {
                 let Ok(meta) = obj.meta() else { return };
                 let Some(owner) = meta.controller() else {
@@ -498,7 +549,7 @@ impl<K: CachedKind> Controller<K> {
                 owner_ref.namespace = namespace.map(str::to_owned);
                 out(owner_ref.key());
             };
-            wire::<D>(manager, queue, filters, predicate, true, map)
+            wire::<D>(manager, target, predicate, true, map)
         }));
         self
     }
@@ -520,7 +571,7 @@ impl<K: CachedKind> Controller<K> {
         map: impl Fn(&W) -> Vec<ObjectRef> + Send + Sync + 'static,
     ) -> Self {
         let predicate = predicate.into();
-        self.wires.push(Box::new(move |manager, queue, filters| {
+        self.wires.push(Box::new(move |manager, target| {
             let keep = manager.cache().options().keep_typed;
             let map = move |obj: &Raw<W>, out: &mut dyn FnMut(Key)| match cache::typed(obj, keep) {
                 Ok(typed) => map(&typed).iter().for_each(|r| out(r.key())),
@@ -530,7 +581,7 @@ impl<K: CachedKind> Controller<K> {
                     "watched object does not decode; its event is ignored"
                 ),
             };
-            wire::<W>(manager, queue, filters, predicate, true, map)
+            wire::<W>(manager, target, predicate, true, map)
         }));
         self
     }
@@ -613,6 +664,15 @@ impl<K: CachedKind> Controller<K> {
         self
     }
 
+    /// Whether the queue gives live changes priority over the initial list and resyncs
+    /// (default `true`; see [Priorities](self#priorities)). `false` queues every event at
+    /// priority 0: the plain FIFO of client-go, which never reads the clock to age keys. An
+    /// [`Action::priority`] still applies.
+    pub fn use_priority_queue(mut self, enabled: bool) -> Self {
+        self.priorities = enabled;
+        self
+    }
+
     /// Registers the controller with the manager, which runs it once the caches have synced
     /// (and, with leader election, while it leads); completed after the manager started,
     /// it starts at once, its workers waiting for its informers to sync. `reconcile` gets
@@ -652,13 +712,18 @@ impl<K: CachedKind> Controller<K> {
         let filters: Arc<[Predicate]> = self.event_filters.into();
         let store = self.manager.store::<K>()?;
         let for_predicate = combine(self.for_predicates);
+        let target = Target {
+            queue: queue.clone(),
+            filters,
+            priorities: self.priorities,
+        };
         let on_delete = match self.on_delete {
             Some(on_delete) => {
                 let graves = Graves::default();
                 record_deletes::<K>(
                     &self.manager,
-                    &queue,
-                    &filters,
+                    &target.queue,
+                    &target.filters,
                     for_predicate.clone(),
                     &graves,
                 )?;
@@ -671,14 +736,13 @@ impl<K: CachedKind> Controller<K> {
             .filter(|t| !t.is_zero());
         wire::<K>(
             &self.manager,
-            &queue,
-            &filters,
+            &target,
             for_predicate,
             false,
             |obj: &Raw<K>, out: &mut dyn FnMut(Key)| out(informer::key_of(obj)),
         )?;
         for wire in self.wires {
-            wire(&self.manager, &queue, &filters)?;
+            wire(&self.manager, &target)?;
         }
         for rule in self.rules {
             self.manager.add_rbac(rule);
@@ -733,20 +797,27 @@ fn combine(predicates: Vec<Predicate>) -> Option<Predicate> {
     predicates.into_iter().reduce(Predicate::and)
 }
 
+/// Where a controller's handlers put keys: its queue, behind its event filters.
+#[derive(Clone)]
+struct Target {
+    queue: Queue,
+    filters: Arc<[Predicate]>,
+    /// Initial-list events and unchanged resyncs enter at [`LOW_PRIORITY`].
+    priorities: bool,
+}
+
 /// Registers, on every informer of kind `D`, a handler that puts the keys `map` gives for
-/// each event passing `filters` and `predicate` into `queue`.
+/// each event passing the target's filters and `predicate` into its queue.
 fn wire<D: CachedKind>(
     manager: &Manager,
-    queue: &Queue,
-    filters: &Arc<[Predicate]>,
+    target: &Target,
     predicate: Option<Predicate>,
     both_on_update: bool,
     map: impl Fn(&Raw<D>, &mut dyn FnMut(Key)) + Send + Sync + 'static,
 ) -> Result<(), CacheError> {
     let store = manager.store::<D>()?;
     let handler = Arc::new(Enqueue {
-        queue: queue.clone(),
-        filters: filters.clone(),
+        target: target.clone(),
         predicate,
         both_on_update,
         map,
@@ -760,8 +831,7 @@ fn wire<D: CachedKind>(
 
 /// The event handler behind every watch: filter, map to keys, queue.
 struct Enqueue<D, M> {
-    queue: Queue,
-    filters: Arc<[Predicate]>,
+    target: Target,
     predicate: Option<Predicate>,
     /// Map the old object too on an update (owners may differ); the object's own key is the
     /// same in both.
@@ -776,12 +846,19 @@ where
     M: Fn(&Raw<D>, &mut dyn FnMut(Key)),
 {
     fn passes(&self, event: &Event<'_>) -> bool {
-        predicate::all(&self.filters, event)
+        predicate::all(&self.target.filters, event)
             && self.predicate.as_ref().is_none_or(|p| p.matches(event))
     }
 
-    fn enqueue(&self, obj: &Raw<D>) {
-        (self.map)(obj, &mut |key| self.queue.add(key));
+    /// Queues the keys of `obj`, at [`LOW_PRIORITY`] if `low` and the controller uses
+    /// priorities.
+    fn enqueue(&self, obj: &Raw<D>, low: bool) {
+        let queue = &self.target.queue;
+        if low && self.target.priorities {
+            (self.map)(obj, &mut |key| queue.add_with_priority(key, LOW_PRIORITY));
+        } else {
+            (self.map)(obj, &mut |key| queue.add(key));
+        }
     }
 }
 
@@ -790,9 +867,9 @@ where
     D: Send + Sync + 'static,
     M: Fn(&Raw<D>, &mut dyn FnMut(Key)) + Send + Sync + 'static,
 {
-    fn on_add(&self, obj: &Arc<Raw<D>>, _initial: bool) {
+    fn on_add(&self, obj: &Arc<Raw<D>>, initial: bool) {
         if self.passes(&Event::Create(&**obj)) {
-            self.enqueue(obj);
+            self.enqueue(obj, initial);
         }
     }
 
@@ -801,10 +878,13 @@ where
             old: &**old,
             new: &**new,
         }) {
+            // A resync re-delivers an object unchanged: same resourceVersion.
+            use informer::Object;
+            let unchanged = (**old).resource_version() == (**new).resource_version();
             if self.both_on_update {
-                self.enqueue(old);
+                self.enqueue(old, unchanged);
             }
-            self.enqueue(new);
+            self.enqueue(new, unchanged);
         }
     }
 
@@ -813,7 +893,7 @@ where
         if let Some(obj) = obj.object()
             && self.passes(&Event::Delete(&**obj))
         {
-            self.enqueue(obj);
+            self.enqueue(obj, false);
         }
     }
 }
@@ -935,12 +1015,13 @@ where
                         let key = tokio::select! {
                             biased;
                             _ = stop.wait_for(|s| *s) => break,
-                            key = this.queue.get() => match key {
+                            key = this.queue.get_with_priority() => match key {
                                 Some(key) => key,
                                 None => break,
                             },
                         };
-                        this.process(&key, &stop).await;
+                        let (key, priority) = key;
+                        this.process(&key, priority, &stop).await;
                         this.queue.done(&key);
                     }
                 }
@@ -952,13 +1033,14 @@ where
         tracing::info!(controller = %this.name, "all workers finished");
     }
 
-    /// Reconciles `key` once (or, for a deleted object, runs `on_delete` once) and queues it
-    /// again as the outcome asks.
-    async fn process(&self, key: &Key, stop: &watch::Receiver<bool>) {
+    /// Reconciles `key`, handed out at `priority`, once (or, for a deleted object, runs
+    /// `on_delete` once) and queues it again as the outcome asks.
+    async fn process(&self, key: &Key, priority: i32, stop: &watch::Receiver<bool>) {
         if let Some((on_delete, graves)) = &self.on_delete {
             let last = graves.lock().get(key).and_then(|g| g.front().cloned());
             if let Some(last) = last {
-                return self.delete(key, stop, on_delete(last), graves).await;
+                let work = on_delete(last);
+                return self.delete(key, priority, stop, work, graves).await;
             }
         }
         let object = match (self.lookup)(key) {
@@ -983,6 +1065,11 @@ where
         let work = (self.reconcile)(object, self.context.clone());
         let (outcome, elapsed) = self.attempt(&span, stop, work).await;
         let _entered = span.enter();
+        // A requeue keeps the priority unless the action sets one.
+        let requeue_at = match &outcome {
+            Ok(action) => action.priority.unwrap_or(priority),
+            Err(_) => priority,
+        };
         let result = match outcome {
             Ok(action) => match action.next {
                 Next::Done => {
@@ -991,15 +1078,17 @@ where
                 }
                 Next::RequeueAfter(delay) => {
                     self.queue.forget(key);
-                    self.queue.add_after(key.clone(), delay);
+                    let after = AddOpts::new().priority(requeue_at).after(delay);
+                    self.queue.add_with(key.clone(), after);
                     ReconcileResult::RequeueAfter
                 }
                 Next::Requeue => {
-                    self.queue.add_rate_limited(key.clone());
+                    let retry = AddOpts::new().priority(requeue_at).rate_limited();
+                    self.queue.add_with(key.clone(), retry);
                     ReconcileResult::Requeue
                 }
             },
-            Err(failure) => self.failed(key, failure),
+            Err(failure) => self.failed(key, failure, requeue_at),
         };
         self.finish(result, elapsed);
     }
@@ -1010,6 +1099,7 @@ where
     async fn delete(
         &self,
         key: &Key,
+        priority: i32,
         stop: &watch::Receiver<bool>,
         work: BoxFuture<Result<(), ReconcileError>>,
         graves: &Graves<K>,
@@ -1028,7 +1118,7 @@ where
                 self.queue.forget(key);
                 ReconcileResult::Success
             }
-            Err(failure) => self.failed(key, failure),
+            Err(failure) => self.failed(key, failure, priority),
         };
         if settled {
             let more = {
@@ -1097,9 +1187,9 @@ where
         (outcome, started.elapsed())
     }
 
-    /// Counts and logs a failed attempt, and queues the key again with backoff unless the
-    /// error is terminal.
-    fn failed(&self, key: &Key, failure: Failure) -> ReconcileResult {
+    /// Counts and logs a failed attempt, and queues the key again at `priority` with backoff
+    /// unless the error is terminal.
+    fn failed(&self, key: &Key, failure: Failure, priority: i32) -> ReconcileResult {
         self.metrics.error();
         match failure {
             Failure::Error(error) if error.is_terminal() => {
@@ -1125,7 +1215,8 @@ where
                 );
             }
         }
-        self.queue.add_rate_limited(key.clone());
+        let retry = AddOpts::new().priority(priority).rate_limited();
+        self.queue.add_with(key.clone(), retry);
         ReconcileResult::Error
     }
 

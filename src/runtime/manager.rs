@@ -303,7 +303,11 @@ impl Manager {
         let mut client_options = options.client.clone();
         client_options.observer = Some(metrics.request_observer());
         let client = Client::new(config, client_options).map_err(ManagerError::Client)?;
-        let cache = Cache::new(client.clone(), options.cache.clone());
+        let mut cache_options = options.cache.clone();
+        cache_options
+            .informer_metrics
+            .get_or_insert_with(|| metrics.informers());
+        let cache = Cache::new(client.clone(), cache_options);
         let healthz = Checks::new();
         let readyz = Checks::new();
         let synced = cache.clone();

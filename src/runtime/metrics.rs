@@ -13,10 +13,13 @@
 //! | `controller_runtime_reconcile_time_seconds` | histogram | `controller` | [`ControllerMetrics::reconciled`] |
 //! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` | [`Metrics::controller`] |
 //! | `controller_runtime_active_workers` | gauge | `controller` | [`ControllerMetrics::worker_started`] / [`worker_stopped`](ControllerMetrics::worker_stopped) |
-//! | `workqueue_depth`, `workqueue_adds_total`, `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`, `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds`, `workqueue_retries_total` | as client-go | `name`, `controller` | the queue, through [`Metrics::workqueue`] |
+//! | `workqueue_depth` | as client-go, per priority (controller-runtime's priority queue) | `name`, `controller`, `priority` (after 25 distinct priorities: `exceeded_cardinality_limit`) | the queue, through [`Metrics::workqueue`] |
+//! | `workqueue_adds_total`, `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`, `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds`, `workqueue_retries_total` | as client-go | `name`, `controller` | the queue, through [`Metrics::workqueue`] |
 //! | `rest_client_requests_total` | counter | `code`, `method`, `host` | the client, through [`Metrics::request_observer`] |
 //! | `rest_client_request_duration_seconds` | histogram | `verb`, `host` | the client, through [`Metrics::request_observer`] |
 //! | `leader_election_master_status` | gauge | `name` | [`LeaderStatus::set`] |
+//! | `informer_queued_items`, `informer_processing_latency_seconds`, `informer_store_resource_version` | as client-go 1.36 | `name` (the informer's) | the cache's informers, through [`Metrics::informers`] |
+//! | `informer_staleness_seconds` | gauge, computed when scraped | `name` | seconds since the informer last heard from the server (a list, a watch event, a bookmark) |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | as Prometheus' process collector | none | `/proc`, read at each scrape (Linux only) |
 //!
 //! Every series of a controller starts at zero when the controller is registered, as
@@ -109,6 +112,13 @@ struct QueueLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DepthLabels {
+    name: String,
+    controller: String,
+    priority: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     code: String,
     method: String,
@@ -154,12 +164,13 @@ struct Inner {
     requests: Family<RequestLabels, Counter>,
     request_duration: HistogramFamily<LatencyLabels>,
     leader: Family<LeaseLabels, Gauge>,
+    informers: InformerFamilies,
 }
 
 /// The seven workqueue families.
 #[derive(Clone, Debug)]
 struct QueueFamilies {
-    depth: Family<QueueLabels, Gauge>,
+    depth: Family<DepthLabels, Gauge>,
     adds: Family<QueueLabels, Counter>,
     latency: HistogramFamily<QueueLabels>,
     work_duration: HistogramFamily<QueueLabels>,
@@ -307,6 +318,7 @@ impl Metrics {
             leader.clone(),
         );
 
+        let informers = InformerFamilies::register(&mut registry);
         registry.register_collector(Box::new(ProcessCollector));
 
         Metrics {
@@ -324,6 +336,7 @@ impl Metrics {
                 requests,
                 request_duration,
                 leader,
+                informers,
             }),
         }
     }
@@ -394,6 +407,13 @@ impl Metrics {
         });
         gauge.set(0);
         LeaderStatus { gauge }
+    }
+
+    /// An informer metrics provider labelling every series `name=<informer name>`; pass it
+    /// in [`InformerOptions::metrics`](informer::InformerOptions::metrics). The manager's
+    /// cache gives it to every informer it makes.
+    pub fn informers(&self) -> Arc<dyn informer::metrics::MetricsProvider> {
+        Arc::new(InformerProvider(self.inner.informers.clone()))
     }
 
     /// Registers a metric of the application's own in this registry, under `name` (a
@@ -564,19 +584,50 @@ impl WorkqueueProvider {
     }
 }
 
-struct QueueGauge(Gauge);
+/// `workqueue_depth` of one queue, a series per priority, as controller-runtime caps them.
+struct QueueDepth {
+    family: Family<DepthLabels, Gauge>,
+    labels: QueueLabels,
+    /// The series seen so far (few: a linear scan beats hashing).
+    series: Mutex<Vec<(i32, Gauge)>>,
+}
+
+impl QueueDepth {
+    /// controller-runtime's `maxRecommendedUniquePriorities`.
+    const MAX_PRIORITIES: usize = 25;
+
+    fn gauge(&self, priority: i32) -> Gauge {
+        let mut series = self.series.lock();
+        if let Some((_, gauge)) = series.iter().find(|(p, _)| *p == priority) {
+            return gauge.clone();
+        }
+        let label = if series.len() < Self::MAX_PRIORITIES {
+            priority.to_string()
+        } else {
+            "exceeded_cardinality_limit".to_owned()
+        };
+        let gauge = self.family.get_or_create_owned(&DepthLabels {
+            name: self.labels.name.clone(),
+            controller: self.labels.controller.clone(),
+            priority: label,
+        });
+        series.push((priority, gauge.clone()));
+        gauge
+    }
+}
+
+impl workqueue::PriorityGaugeMetric for QueueDepth {
+    fn inc(&self, priority: i32) {
+        self.gauge(priority).inc();
+    }
+    fn dec(&self, priority: i32) {
+        self.gauge(priority).dec();
+    }
+}
+
 struct QueueCounter(Counter);
 struct QueueHistogram(Histogram);
 struct QueueSettable(FloatGauge);
-
-impl workqueue::GaugeMetric for QueueGauge {
-    fn inc(&self) {
-        self.0.inc();
-    }
-    fn dec(&self) {
-        self.0.dec();
-    }
-}
 
 impl workqueue::CounterMetric for QueueCounter {
     fn inc(&self) {
@@ -597,9 +648,15 @@ impl workqueue::SettableGaugeMetric for QueueSettable {
 }
 
 impl workqueue::MetricsProvider for WorkqueueProvider {
-    fn new_depth_metric(&self, name: &str) -> Box<dyn workqueue::GaugeMetric> {
-        let f = &self.families;
-        Box::new(QueueGauge(f.depth.get_or_create_owned(&self.labels(name))))
+    fn new_depth_metric_with_priority(
+        &self,
+        name: &str,
+    ) -> Box<dyn workqueue::PriorityGaugeMetric> {
+        Box::new(QueueDepth {
+            family: self.families.depth.clone(),
+            labels: self.labels(name),
+            series: Mutex::new(Vec::new()),
+        })
     }
 
     fn new_adds_metric(&self, name: &str) -> Box<dyn workqueue::CounterMetric> {
@@ -646,6 +703,163 @@ impl workqueue::MetricsProvider for WorkqueueProvider {
         Box::new(QueueCounter(
             f.retries.get_or_create_owned(&self.labels(name)),
         ))
+    }
+}
+
+// === informer provider ===
+
+/// client-go's buckets for `informer_processing_latency_seconds`, in seconds.
+const INFORMER_PROCESSING_BUCKETS: [f64; 12] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+fn informer_histogram() -> Histogram {
+    Histogram::new(INFORMER_PROCESSING_BUCKETS)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InformerLabels {
+    name: String,
+}
+
+/// The four informer families.
+#[derive(Clone, Debug)]
+struct InformerFamilies {
+    queued: Family<InformerLabels, FloatGauge>,
+    latency: HistogramFamily<InformerLabels>,
+    resource_version: Family<InformerLabels, FloatGauge>,
+    staleness: Family<InformerLabels, Staleness>,
+}
+
+impl InformerFamilies {
+    fn register(registry: &mut Registry) -> InformerFamilies {
+        let families = InformerFamilies {
+            queued: Family::default(),
+            latency: Family::new_with_constructor(informer_histogram as fn() -> Histogram),
+            resource_version: Family::default(),
+            staleness: Family::default(),
+        };
+        registry.register(
+            "informer_queued_items",
+            "Number of items currently queued in the FIFO",
+            families.queued.clone(),
+        );
+        registry.register(
+            "informer_processing_latency_seconds",
+            "Time taken to process events after popping from the queue",
+            families.latency.clone(),
+        );
+        registry.register(
+            "informer_store_resource_version",
+            "The 15 least significant digits of the resource version of the store",
+            families.resource_version.clone(),
+        );
+        registry.register(
+            "informer_staleness_seconds",
+            "Seconds since the informer last heard from the API server: a list, a watch \
+             event or a bookmark",
+            families.staleness.clone(),
+        );
+        families
+    }
+}
+
+/// Hands an informer its four series from the shared families.
+#[derive(Debug)]
+struct InformerProvider(InformerFamilies);
+
+impl InformerProvider {
+    fn labels(name: &str) -> InformerLabels {
+        InformerLabels {
+            name: name.to_owned(),
+        }
+    }
+}
+
+struct InformerGauge(FloatGauge);
+
+impl informer::metrics::GaugeMetric for InformerGauge {
+    fn set(&self, value: f64) {
+        self.0.set(value);
+    }
+}
+
+impl informer::metrics::HistogramMetric for QueueHistogram {
+    fn observe(&self, value: f64) {
+        self.0.observe(value);
+    }
+}
+
+impl informer::metrics::StalenessMetric for Staleness {
+    fn heard(&self, at: std::time::Instant) {
+        Staleness::heard(self, at);
+    }
+}
+
+impl informer::metrics::MetricsProvider for InformerProvider {
+    fn new_queued_items_metric(&self, name: &str) -> Box<dyn informer::metrics::GaugeMetric> {
+        let gauge = self.0.queued.get_or_create_owned(&Self::labels(name));
+        Box::new(InformerGauge(gauge))
+    }
+
+    fn new_processing_latency_metric(
+        &self,
+        name: &str,
+    ) -> Box<dyn informer::metrics::HistogramMetric> {
+        let histogram = self.0.latency.get_or_create_owned(&Self::labels(name));
+        Box::new(QueueHistogram(histogram))
+    }
+
+    fn new_store_resource_version_metric(
+        &self,
+        name: &str,
+    ) -> Box<dyn informer::metrics::GaugeMetric> {
+        let gauge = self
+            .0
+            .resource_version
+            .get_or_create_owned(&Self::labels(name));
+        Box::new(InformerGauge(gauge))
+    }
+
+    fn new_staleness_metric(&self, name: &str) -> Box<dyn informer::metrics::StalenessMetric> {
+        Box::new(self.0.staleness.get_or_create_owned(&Self::labels(name)))
+    }
+}
+
+/// A gauge of the seconds since the last [`heard`](Self::heard), worked out when scraped.
+/// Starts as heard when it is made.
+#[derive(Clone, Debug)]
+struct Staleness(Arc<Mutex<std::time::Instant>>);
+
+impl Default for Staleness {
+    fn default() -> Self {
+        Staleness(Arc::new(Mutex::new(std::time::Instant::now())))
+    }
+}
+
+impl Staleness {
+    fn heard(&self, at: std::time::Instant) {
+        let mut last = self.0.lock();
+        *last = (*last).max(at);
+    }
+}
+
+impl prometheus_client::metrics::TypedMetric for Staleness {
+    const TYPE: prometheus_client::metrics::MetricType =
+        prometheus_client::metrics::MetricType::Gauge;
+}
+
+impl EncodeMetric for Staleness {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), fmt::Error> {
+        let seconds = self.0.lock().elapsed().as_secs_f64();
+        encoder.encode_gauge(&seconds)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Gauge
     }
 }
 
@@ -833,6 +1047,36 @@ mod tests {
     }
 
     #[test]
+    fn informer_series_carry_client_go_names_and_the_informer_name() {
+        let metrics = Metrics::new();
+        let provider = metrics.informers();
+        let name = "configmaps.v1/demo";
+        provider.new_queued_items_metric(name).set(3.0);
+        provider.new_processing_latency_metric(name).observe(0.002);
+        // 16 digits: client-go keeps the 15 least significant ones.
+        provider
+            .new_store_resource_version_metric(name)
+            .set((1_234_567_890_123_456_u64 % 1_000_000_000_000_000) as f64);
+        let staleness = provider.new_staleness_metric(name);
+        staleness.heard(std::time::Instant::now());
+        let text = metrics.encode();
+        let labels = r#"{name="configmaps.v1/demo"}"#;
+        let get = |family: &str| sample(&text, &format!("{family}{labels}"));
+        assert_eq!(get("informer_queued_items"), Some(3.0), "{text}");
+        assert_eq!(get("informer_processing_latency_seconds_count"), Some(1.0));
+        assert_eq!(
+            get("informer_store_resource_version"),
+            Some(234_567_890_123_456.0)
+        );
+        let stale = get("informer_staleness_seconds").expect("the staleness gauge");
+        assert!(stale >= 0.0, "{stale}");
+        assert!(
+            text.contains("# TYPE informer_staleness_seconds gauge"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn controller_series_start_at_zero_with_controller_runtime_names() {
         let metrics = Metrics::new();
         let _c = metrics.controller("memcached", 3);
@@ -1003,6 +1247,35 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn workqueue_depth_has_a_series_per_priority_up_to_25() {
+        let metrics = Metrics::new();
+        let queue: RateLimitingQueue<String> = RateLimitingQueue::with_config(
+            workqueue::default_controller_rate_limiter(),
+            QueueConfig::new()
+                .name("pods")
+                .metrics_provider(metrics.workqueue("pods")),
+        );
+        let depth = |priority: &str| {
+            let series = format!(
+                r#"workqueue_depth{{name="pods",controller="pods",priority="{priority}"}}"#
+            );
+            sample(&metrics.encode(), &series)
+        };
+        queue.add_with_priority("a".to_owned(), -100);
+        queue.add_with_priority("b".to_owned(), -100);
+        queue.add("c".to_owned());
+        assert_eq!((depth("-100"), depth("0")), (Some(2.0), Some(1.0)));
+        queue.add("a".to_owned()); // raised: moves to priority 0
+        assert_eq!((depth("-100"), depth("0")), (Some(1.0), Some(2.0)));
+        for priority in 1..=30 {
+            queue.add_with_priority(format!("p{priority}"), priority);
+        }
+        assert_eq!(depth("23"), Some(1.0));
+        assert_eq!(depth("24"), None, "the 26th priority seen");
+        assert_eq!(depth("exceeded_cardinality_limit"), Some(7.0));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn workqueue_series_move_with_a_real_queue() {
         let metrics = Metrics::new();
         let queue: RateLimitingQueue<String> = RateLimitingQueue::with_config(
@@ -1015,11 +1288,9 @@ mod tests {
         queue.add("default/b".to_owned());
         queue.add("default/a".to_owned());
         let labels = r#"{name="memcached",controller="memcached"}"#;
+        let depth = r#"workqueue_depth{name="memcached",controller="memcached",priority="0"}"#;
         let text = metrics.encode();
-        assert_eq!(
-            sample(&text, &format!("workqueue_depth{labels}")),
-            Some(2.0)
-        );
+        assert_eq!(sample(&text, depth), Some(2.0));
         assert_eq!(
             sample(&text, &format!("workqueue_adds_total{labels}")),
             Some(2.0)
@@ -1029,10 +1300,7 @@ mod tests {
         // Paused time: sleeping lets the queue's 500 ms gauge task run as the clock jumps.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let text = metrics.encode();
-        assert_eq!(
-            sample(&text, &format!("workqueue_depth{labels}")),
-            Some(1.0)
-        );
+        assert_eq!(sample(&text, depth), Some(1.0));
         assert_eq!(
             sample(
                 &text,

@@ -93,7 +93,14 @@ impl<T: Eq + Hash + Clone + Send + 'static> DelayingQueue<T> {
     /// Counts one retry in the metrics on every call before shutdown, even with a zero
     /// delay. Never blocks (client-go's may, when its 1000-entry channel is full).
     pub fn add_after(&self, item: T, delay: Duration) {
-        self.queue.shared.add_after(item, delay);
+        self.queue.shared.add_after(item, delay, 0);
+    }
+
+    /// [`add_after`](Self::add_after) with a priority: once due, `item` is queued with
+    /// `priority` (see [`Queue::add_with_priority`]). A pending request keeps the earliest
+    /// deadline and the highest priority of the requests made for it.
+    pub fn add_after_with_priority(&self, item: T, delay: Duration, priority: i32) {
+        self.queue.shared.add_after(item, delay, priority);
     }
 
     /// The number of delayed requests whose deadline has not passed yet.

@@ -13,6 +13,30 @@ use tokio::time::Instant;
 /// `defaultUnfinishedWorkUpdatePeriod`).
 pub const UNFINISHED_WORK_UPDATE_PERIOD: Duration = Duration::from_millis(500);
 
+/// `workqueue_depth` with the `priority` label: a gauge per priority that moves by one.
+///
+/// An item counts under the priority it will be handed out with: the one it was added with,
+/// or a higher one it was raised to by a later add (which moves it from one priority to the
+/// other). Aging does not move it: the label is the priority asked for, not the effective one.
+pub trait PriorityGaugeMetric: Send + Sync {
+    /// Adds one under `priority`.
+    fn inc(&self, priority: i32);
+    /// Subtracts one under `priority`.
+    fn dec(&self, priority: i32);
+}
+
+/// A [`GaugeMetric`] behind the [`PriorityGaugeMetric`] interface: the priority is dropped.
+struct WithoutPriority(Box<dyn GaugeMetric>);
+
+impl PriorityGaugeMetric for WithoutPriority {
+    fn inc(&self, _: i32) {
+        self.0.inc();
+    }
+    fn dec(&self, _: i32) {
+        self.0.dec();
+    }
+}
+
 /// A monotonically increasing count (`adds_total`, `retries_total`).
 pub trait CounterMetric: Send + Sync {
     /// Adds one.
@@ -78,7 +102,7 @@ impl HistogramMetric for NoopMetric {
 ///
 /// | provider method | Prometheus name | kind | meaning |
 /// |---|---|---|---|
-/// | [`new_depth_metric`](MetricsProvider::new_depth_metric) | `workqueue_depth` | gauge | `inc` when an item becomes dirty (accepted by `add`, or due in the delaying queue), `dec` when `get` hands it out. An item added again while it is processed counts here although [`len`](crate::Queue::len) leaves it out. |
+/// | [`new_depth_metric`](MetricsProvider::new_depth_metric), or [`new_depth_metric_with_priority`](MetricsProvider::new_depth_metric_with_priority) if the provider implements it | `workqueue_depth` (with the label `priority`: controller-runtime's) | gauge | `inc` when an item becomes dirty (accepted by `add`, or due in the delaying queue), `dec` when `get` hands it out. An item added again while it is processed counts here although [`len`](crate::Queue::len) leaves it out. A re-add that raises an item's priority moves it to the new label. |
 /// | [`new_adds_metric`](MetricsProvider::new_adds_metric) | `workqueue_adds_total` | counter | `inc` when an item becomes dirty. Adds of an item that is already dirty are not counted: five adds while it is processed count once. |
 /// | [`new_latency_metric`](MetricsProvider::new_latency_metric) | `workqueue_queue_duration_seconds` | histogram | at `get`: seconds since the item became dirty (the first add, not the last; for a delayed item, its deadline). |
 /// | [`new_work_duration_metric`](MetricsProvider::new_work_duration_metric) | `workqueue_work_duration_seconds` | histogram | at `done`: seconds since `get` handed the item out. |
@@ -140,6 +164,13 @@ pub trait MetricsProvider: Send + Sync {
         Box::new(NoopMetric)
     }
 
+    /// `workqueue_depth` with the `priority` label. By default, the gauge of
+    /// [`new_depth_metric`](Self::new_depth_metric), without the label; implement this one
+    /// to export depth per priority (and then `new_depth_metric` is not asked for).
+    fn new_depth_metric_with_priority(&self, name: &str) -> Box<dyn PriorityGaugeMetric> {
+        Box::new(WithoutPriority(self.new_depth_metric(name)))
+    }
+
     /// `workqueue_adds_total`: items that became dirty.
     fn new_adds_metric(&self, name: &str) -> Box<dyn CounterMetric> {
         let _ = name;
@@ -182,7 +213,7 @@ pub trait MetricsProvider: Send + Sync {
 
 /// The metrics of one queue and the per-item timestamps they need. Lives under the queue lock.
 pub(crate) struct QueueMetrics<T> {
-    depth: Box<dyn GaugeMetric>,
+    depth: Box<dyn PriorityGaugeMetric>,
     adds: Box<dyn CounterMetric>,
     latency: Box<dyn HistogramMetric>,
     work_duration: Box<dyn HistogramMetric>,
@@ -199,7 +230,7 @@ impl<T: Eq + Hash + Clone> QueueMetrics<T> {
     /// Asks `provider` for the seven metrics of the queue `name`.
     pub(crate) fn new(provider: &dyn MetricsProvider, name: &str) -> Self {
         Self {
-            depth: provider.new_depth_metric(name),
+            depth: provider.new_depth_metric_with_priority(name),
             adds: provider.new_adds_metric(name),
             latency: provider.new_latency_metric(name),
             work_duration: provider.new_work_duration_metric(name),
@@ -211,24 +242,31 @@ impl<T: Eq + Hash + Clone> QueueMetrics<T> {
         }
     }
 
-    /// `item` became dirty now.
-    pub(crate) fn add(&mut self, item: &T) {
-        self.add_at(item, Instant::now());
+    /// `item` became dirty now, with `priority`.
+    pub(crate) fn add(&mut self, item: &T, priority: i32) {
+        self.add_at(item, Instant::now(), priority);
     }
 
     /// `item` became dirty at `since` (a delayed item: its deadline, which may be earlier
-    /// than the moment the queue noticed). Its queue duration runs from `since`.
-    pub(crate) fn add_at(&mut self, item: &T, since: Instant) {
+    /// than the moment the queue noticed), with `priority`. Its queue duration runs from
+    /// `since`.
+    pub(crate) fn add_at(&mut self, item: &T, since: Instant, priority: i32) {
         self.adds.inc();
-        self.depth.inc();
+        self.depth.inc(priority);
         if !self.add_times.contains_key(item) {
             self.add_times.insert(item.clone(), since);
         }
     }
 
-    /// `item` was handed out by `get`.
-    pub(crate) fn get(&mut self, item: &T) {
-        self.depth.dec();
+    /// A dirty item was raised from priority `old` to `new`.
+    pub(crate) fn reprioritize(&mut self, old: i32, new: i32) {
+        self.depth.dec(old);
+        self.depth.inc(new);
+    }
+
+    /// `item` was handed out by `get`, with `priority`.
+    pub(crate) fn get(&mut self, item: &T, priority: i32) {
+        self.depth.dec(priority);
         let now = Instant::now();
         self.processing_start.insert(item.clone(), now);
         if let Some(added) = self.add_times.remove(item) {

@@ -7,13 +7,15 @@
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::metrics::{MetricsProvider, QueueMetrics, UNFINISHED_WORK_UPDATE_PERIOD};
+use crate::priority::DEFAULT_AGING_STEP;
 use crate::state::Shared;
 
-/// How a queue is built: its name and where its metrics go.
+/// How a queue is built: its name, where its metrics go, and how fast waiting items age.
 ///
 /// Metrics are recorded only when the name is non-empty *and* a provider is set (client-go's
 /// rule); the default records none.
@@ -30,16 +32,36 @@ use crate::state::Shared;
 ///     .metrics_provider(Arc::new(Prometheus));
 /// assert_eq!(config.queue_name(), "memcached");
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct QueueConfig {
     name: String,
     metrics_provider: Option<Arc<dyn MetricsProvider>>,
+    aging_step: Duration,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            metrics_provider: None,
+            aging_step: DEFAULT_AGING_STEP,
+        }
+    }
 }
 
 impl QueueConfig {
-    /// An unnamed configuration without metrics.
+    /// An unnamed configuration without metrics, aging one priority level per
+    /// [`DEFAULT_AGING_STEP`].
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// How long a waiting item takes to rise one priority level (see
+    /// [priorities](crate#priorities)). [`Duration::ZERO`] turns priorities into labels only:
+    /// items are handed out in the order they were queued.
+    pub fn aging_step(mut self, step: Duration) -> Self {
+        self.aging_step = step;
+        self
     }
 
     /// Names the queue; the name labels its metrics.
@@ -73,11 +95,13 @@ impl fmt::Debug for QueueConfig {
         f.debug_struct("QueueConfig")
             .field("name", &self.name)
             .field("metrics_provider", &self.metrics_provider.is_some())
+            .field("aging_step", &self.aging_step)
             .finish()
     }
 }
 
-/// A fair, deduplicating work queue (client-go's `workqueue.Typed[T]`).
+/// A fair, deduplicating work queue (client-go's `workqueue.Typed[T]`), with priorities
+/// that age (controller-runtime's priority queue, without its starvation).
 ///
 /// `Queue` is a handle: clones share one queue, so give each producer and worker its own
 /// clone. The contract (fair, stingy, shutdown) is in the [crate docs](crate).
@@ -127,7 +151,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     pub fn with_config(config: QueueConfig) -> Self {
         let metrics = config.build_metrics();
         let has_metrics = metrics.is_some();
-        let shared = Arc::new(Shared::new(metrics));
+        let shared = Arc::new(Shared::new(metrics, config.aging_step));
         if has_metrics {
             spawn_unfinished_work_updater(&shared);
         }
@@ -152,18 +176,50 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// for up to 8 queues (the oldest queue's are dropped first); they are dropped when
     /// replaced or when the thread exits. Such an add also leaves delayed items that have
     /// come due for the next operation to queue.
+    ///
+    /// A plain `add` is an add at priority 0: it raises an item that waits at a lower
+    /// priority (see [`add_with_priority`](Self::add_with_priority)).
     #[inline]
     pub fn add(&self, item: T) {
         self.shared.add(item);
     }
 
+    /// Queues `item` with `priority` (higher first; [`add`](Self::add) is priority 0).
+    ///
+    /// Everything [`add`](Self::add) says holds, and an item the queue knows already keeps
+    /// the highest priority it was added with: a re-add with a higher priority raises it
+    /// (to the place a fresh add would give it, unless it ranks better already from
+    /// waiting), one with a lower priority changes nothing. An item added with a priority
+    /// while it is processed is queued with it by [`done`](Self::done). How priorities and
+    /// waiting combine, and the bound on any item's wait, are in the
+    /// [crate docs](crate#priorities).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use workqueue::Queue;
+    ///
+    /// let queue = Queue::new();
+    /// queue.add_with_priority("resync", -100);
+    /// queue.add("edited");
+    /// queue.add_with_priority("urgent", 10);
+    /// assert_eq!(queue.get_with_priority().await, Some(("urgent", 10)));
+    /// assert_eq!(queue.get().await, Some("edited"));
+    /// assert_eq!(queue.get_with_priority().await, Some(("resync", -100)));
+    /// # }
+    /// ```
+    pub fn add_with_priority(&self, item: T, priority: i32) {
+        self.shared.add_with_priority(item, priority);
+    }
+
     /// Waits for an item and hands it out; `None` once the queue is shut down and empty.
     ///
-    /// Items come out in FIFO order. The item is now *being processed*: no other `get`
-    /// returns it until you call [`done`](Self::done) with it, which you must do exactly once
-    /// for every item you get, whether processing succeeded or not — otherwise the item is
-    /// never handed out again and [`shut_down_with_drain`](Self::shut_down_with_drain) never
-    /// returns.
+    /// Items come out in FIFO order (with priorities: highest first, FIFO within a priority,
+    /// waiting items aging upward; see [priorities](crate#priorities)). The item is now
+    /// *being processed*: no other `get` returns it until you call [`done`](Self::done) with
+    /// it, which you must do exactly once for every item you get, whether processing
+    /// succeeded or not — otherwise the item is never handed out again and
+    /// [`shut_down_with_drain`](Self::shut_down_with_drain) never returns.
     ///
     /// After [`shut_down`](Self::shut_down), items still in the queue keep being returned;
     /// `None` comes only when none is left, so workers can simply loop on
@@ -178,6 +234,16 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// Cancel safe. If the future is dropped before it completes, no item was taken from the
     /// queue, and a wake-up it had received is passed on to another waiting `get`.
     pub async fn get(&self) -> Option<T> {
+        self.shared.get().await.map(|(item, _)| item)
+    }
+
+    /// [`get`](Self::get), with the priority the item was queued with (0 for a plain
+    /// [`add`](Self::add)), so that a worker can queue it again at the same priority.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`get`](Self::get).
+    pub async fn get_with_priority(&self) -> Option<(T, i32)> {
         self.shared.get().await
     }
 

@@ -4,10 +4,58 @@ use std::fmt;
 use std::hash::Hash;
 use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::delaying::DelayingQueue;
 use crate::queue::QueueConfig;
 use crate::rate_limiter::RateLimiter;
+
+/// How [`RateLimitingQueue::add_with`] adds an item (controller-runtime's `AddOpts`): a
+/// priority, a delay, and whether the limiter spaces it.
+///
+/// The default is a plain [`add`](crate::Queue::add): priority 0, now.
+///
+/// ```
+/// use std::time::Duration;
+/// use workqueue::AddOpts;
+///
+/// let opts = AddOpts::new().priority(-100).after(Duration::from_secs(5));
+/// assert_eq!(opts, AddOpts { priority: -100, after: Duration::from_secs(5), rate_limited: false });
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AddOpts {
+    /// Higher first; 0 is a plain add's.
+    pub priority: i32,
+    /// Queue the item once this has passed (zero: now).
+    pub after: Duration,
+    /// Ask the limiter for the delay; with `after` also set, the shorter of the two wins.
+    pub rate_limited: bool,
+}
+
+impl AddOpts {
+    /// A plain add: priority 0, now, not rate-limited.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the priority.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Sets the delay.
+    pub fn after(mut self, delay: Duration) -> Self {
+        self.after = delay;
+        self
+    }
+
+    /// Asks the limiter for the delay.
+    pub fn rate_limited(mut self) -> Self {
+        self.rate_limited = true;
+        self
+    }
+}
 
 /// A [`DelayingQueue`] whose retries are spaced by a [`RateLimiter`] (client-go's
 /// `TypedRateLimitingInterface`).
@@ -72,6 +120,36 @@ impl<T: Eq + Hash + Clone + Send + 'static> RateLimitingQueue<T> {
     pub fn add_rate_limited(&self, item: T) {
         let delay = self.limiter.when(&item);
         self.queue.add_after(item, delay);
+    }
+
+    /// Adds `item` as `opts` say: after `opts.after`, or after the limiter's delay if
+    /// `opts.rate_limited` (the shorter of the two if both are set, as in controller-runtime),
+    /// with `opts.priority`. A zero delay adds it now.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use workqueue::{AddOpts, RateLimitingQueue, default_controller_rate_limiter};
+    ///
+    /// let queue = RateLimitingQueue::new(default_controller_rate_limiter());
+    /// queue.add_with("default/web", AddOpts::new().priority(-100).rate_limited());
+    /// assert_eq!(queue.get_with_priority().await, Some(("default/web", -100)));
+    /// # }
+    /// ```
+    pub fn add_with(&self, item: T, opts: AddOpts) {
+        let mut delay = opts.after;
+        if opts.rate_limited {
+            let limited = self.limiter.when(&item);
+            if delay.is_zero() || limited < delay {
+                delay = limited;
+            }
+        }
+        if delay.is_zero() && !opts.rate_limited {
+            self.queue.add_with_priority(item, opts.priority);
+        } else {
+            self.queue
+                .add_after_with_priority(item, delay, opts.priority);
+        }
     }
 
     /// Clears the limiter's failure history for `item`, so its next failure starts over at the

@@ -15,7 +15,8 @@
 //! | state | in FIFO | handed out | delayed entry | `add` moves it to | `done` moves it to |
 //! |---|---|---|---|---|---|
 //! | (absent) | no | no | no | `Queued(seq)` | (ignored) |
-//! | `Queued(seq)` | yes | no | no | (unchanged) | (ignored) |
+//! | `Queued(seq)` | yes | no | no | (unchanged; `QueuedHeap` if raised above 0) | (ignored) |
+//! | `QueuedHeap` | in the priority heap | no | no | (unchanged; `Queued` if raised to 0 early) | (ignored) |
 //! | `Processing` | no | yes | no | `ProcessingDirty` | (absent) |
 //! | `ProcessingDirty` | no | yes | no | (unchanged) | `Queued` |
 //! | `Waiting(due)` | no | no | yes | `Queued` | (ignored) |
@@ -97,8 +98,11 @@
 //!
 //! Invariants, checked by the model tests:
 //!
-//! * an item is in the FIFO exactly once if its state reads `Queued`, and not at all otherwise —
-//!   so it is never queued twice (the client-go "dirty" set is `Queued ∪ ProcessingDirty`);
+//! * an item is in the FIFO exactly once if its state reads `Queued`, and not at all otherwise
+//!   (entries left behind by an item raised into the priority heap are stale and skipped);
+//!   it is live in the priority heap exactly when its state reads `QueuedHeap` — so it is
+//!   never queued twice (the client-go "dirty" set is `Queued ∪ QueuedHeap ∪
+//!   ProcessingDirty`);
 //! * `processing` counts the states that are handed out — so `get` never hands out an item
 //!   that is handed out already, and `done` re-queues a dirty item exactly once;
 //! * `len()` is the FIFO's length: items being processed, including dirty ones, are not in it;
@@ -123,6 +127,7 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
 use crate::metrics::QueueMetrics;
+use crate::priority::{Moved, Priorities};
 use crate::recent::PopCounters;
 use crate::waiters::{Waiters, WakeList};
 
@@ -151,6 +156,8 @@ pub(crate) enum ItemState {
     Processing,
     /// Handed out and added again since: re-queued by `done`.
     ProcessingDirty,
+    /// Queued with a priority other than 0: in the priority heap (see [`crate::priority`]).
+    QueuedHeap,
     /// Not queued nor handed out; the delayed request due at this deadline (nanoseconds
     /// since the queue's epoch) will queue it.
     Waiting(u64),
@@ -170,7 +177,7 @@ pub(crate) const MAX_PAYLOAD: u64 = (1 << 62) - 1;
 /// | `00` | `seq` | `Queued(seq)` |
 /// | `01` | `at` | `Waiting(at)` |
 /// | `10` | `at` | `ProcessingWaiting(at)` |
-/// | `11` | 0 or 1 | `Processing` or `ProcessingDirty` |
+/// | `11` | 0, 1 or 2 | `Processing`, `ProcessingDirty` or `QueuedHeap` |
 ///
 /// Half the size of the enum (16 bytes: a `u64` payload and a tag), so a map entry of a
 /// `u64` key is 17 bytes with its control byte instead of 25: the map is most of the queue's
@@ -190,6 +197,7 @@ impl ItemState {
             ItemState::ProcessingWaiting(at) => 2 << TAG | at,
             ItemState::Processing => 3 << TAG,
             ItemState::ProcessingDirty => 3 << TAG | 1,
+            ItemState::QueuedHeap => 3 << TAG | 2,
         };
         debug_assert!(match self {
             ItemState::Queued(p) | ItemState::Waiting(p) | ItemState::ProcessingWaiting(p) =>
@@ -210,7 +218,8 @@ impl PackedState {
             1 => ItemState::Waiting(payload),
             2 => ItemState::ProcessingWaiting(payload),
             _ if payload == 0 => ItemState::Processing,
-            _ => ItemState::ProcessingDirty,
+            _ if payload == 1 => ItemState::ProcessingDirty,
+            _ => ItemState::QueuedHeap,
         }
     }
 }
@@ -241,33 +250,43 @@ pub(crate) struct State<T> {
     pub(crate) metrics: Option<QueueMetrics<T>>,
 }
 
-/// The FIFO of queued items. It numbers every push, so that an item's state can record where
-/// it was queued and `get` can hand an item out without touching the item map.
+/// The queued items: the FIFO of priority-0 items and, once another priority was used, the
+/// priority heap beside it ([`Priorities`]). The FIFO numbers every push, so that an item's
+/// state can record where it was queued and `get` can hand an item out without touching the
+/// item map.
 pub(crate) struct Fifo<T> {
     items: VecDeque<T>,
     /// Number of items popped so far: the push number of the front item.
     popped: u64,
-}
-
-impl<T> Default for Fifo<T> {
-    fn default() -> Self {
-        Self {
-            items: VecDeque::new(),
-            popped: 0,
-        }
-    }
+    /// The priority side; `None` until an add with a priority other than 0.
+    pub(crate) prio: Option<Box<Priorities<T>>>,
+    /// The aging step in nanoseconds, to build `prio`.
+    aging_step: u64,
 }
 
 impl<T> Fifo<T> {
-    /// Appends `item`; returns the state that records it as queued here.
+    /// An empty FIFO; `aging_step` is how fast prioritised items age.
+    pub(crate) fn new(aging_step: Duration) -> Self {
+        Self {
+            items: VecDeque::new(),
+            popped: 0,
+            prio: None,
+            aging_step: u64::try_from(aging_step.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Appends `item` at priority 0; returns the state that records it as queued here.
     #[inline]
     pub(crate) fn push(&mut self, item: T) -> ItemState {
         let seq = self.popped + self.items.len() as u64;
         self.items.push_back(item);
+        if let Some(prio) = &mut self.prio {
+            prio.stamp_fifo_push();
+        }
         ItemState::Queued(seq)
     }
 
-    /// Removes the oldest item.
+    /// Removes the oldest item of a FIFO without priorities.
     #[inline]
     fn pop(&mut self) -> Option<T> {
         let item = self.items.pop_front()?;
@@ -287,23 +306,153 @@ impl<T> Fifo<T> {
 
     /// Number of queued items.
     pub(crate) fn len(&self) -> usize {
-        self.items.len()
+        match &self.prio {
+            None => self.items.len(),
+            Some(prio) => self.items.len() - prio.stale_fifo_len() + prio.heap_len(),
+        }
     }
 
     /// Whether nothing is queued.
     pub(crate) fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.len() == 0
+    }
+}
+
+impl<T: Eq + Hash + Clone> Fifo<T> {
+    /// The priority side, created on first use: by the first add with a priority other
+    /// than 0.
+    pub(crate) fn prio(&mut self) -> &mut Priorities<T> {
+        let next_push = self.popped + self.items.len() as u64;
+        let step = self.aging_step;
+        self.prio
+            .get_or_insert_with(|| Box::new(Priorities::new(step, next_push)))
+    }
+
+    /// Queues `item` with `priority`; returns its new state.
+    #[inline]
+    pub(crate) fn push_with(&mut self, item: T, priority: i32) -> ItemState {
+        if priority == 0 {
+            return self.push(item);
+        }
+        self.prio().push(item, priority);
+        ItemState::QueuedHeap
+    }
+
+    /// Removes the best queued item: the item, its priority, and whether it came from the
+    /// heap (whose items the caller marks as being processed).
+    #[inline(never)]
+    fn pop_prioritised(&mut self) -> Option<(T, i32, bool)> {
+        let prio = self.prio.as_deref_mut()?;
+        while !self.items.is_empty() && prio.is_stale_fifo(self.popped) {
+            self.items.pop_front();
+            prio.fifo_popped(self.popped);
+            self.popped += 1;
+        }
+        let from_heap = match (self.items.is_empty(), prio.peek()) {
+            (true, None) => return None,
+            (false, None) => false,
+            (true, Some(_)) => true,
+            (false, Some(top)) => !prio.fifo_first(self.popped, self.popped, top),
+        };
+        if from_heap {
+            let (item, priority) = prio.pop()?;
+            return Some((item, priority, true));
+        }
+        let item = self.items.pop_front()?;
+        prio.fifo_popped(self.popped);
+        self.popped += 1;
+        Some((item, 0, false))
+    }
+
+    /// The priority a not-queued item will be queued with.
+    #[inline]
+    pub(crate) fn pending_priority(&self, item: &T) -> i32 {
+        match &self.prio {
+            None => 0,
+            Some(prio) => prio.pending_priority(item),
+        }
+    }
+
+    /// Sets the priority an item that is not queued nor pending yet will be queued with.
+    #[inline]
+    pub(crate) fn set_pending(&mut self, item: &T, priority: i32) {
+        if priority != 0 {
+            self.prio().set_pending(item, priority);
+        } else if let Some(prio) = &mut self.prio {
+            prio.take_pending(item);
+        }
+    }
+
+    /// Takes the priority an item about to be queued was given.
+    #[inline]
+    pub(crate) fn take_pending(&mut self, item: &T) -> i32 {
+        match &mut self.prio {
+            None => 0,
+            Some(prio) => prio.take_pending(item),
+        }
+    }
+
+    /// An item in `state` is added again with `priority`: raises it if that is higher.
+    /// Returns its old priority and its new state if it was raised. Not for `Processing`,
+    /// which the add makes dirty.
+    #[inline]
+    pub(crate) fn raise(
+        &mut self,
+        item: &T,
+        state: ItemState,
+        priority: i32,
+    ) -> Option<(i32, ItemState)> {
+        if self.prio.is_none() && priority <= 0 {
+            return None; // every known item is at 0
+        }
+        self.raise_prioritised(item, state, priority)
+    }
+
+    /// [`raise`](Self::raise) on a queue with priorities.
+    #[inline(never)]
+    fn raise_prioritised(
+        &mut self,
+        item: &T,
+        state: ItemState,
+        priority: i32,
+    ) -> Option<(i32, ItemState)> {
+        match state {
+            ItemState::Queued(seq) => {
+                if priority <= 0 {
+                    return None;
+                }
+                let popped = self.popped;
+                self.prio().raise_fifo(item, seq, popped, priority);
+                Some((0, ItemState::QueuedHeap))
+            }
+            ItemState::QueuedHeap => {
+                let (old, moved) = self.prio().raise_queued(item, priority)?;
+                let state = match moved {
+                    Moved::Stays => ItemState::QueuedHeap,
+                    Moved::ToFifo => self.push(item.clone()),
+                };
+                Some((old, state))
+            }
+            ItemState::ProcessingDirty
+            | ItemState::Waiting(_)
+            | ItemState::ProcessingWaiting(_) => {
+                let old = self.prio().raise_pending(item, priority)?;
+                Some((old, state))
+            }
+            ItemState::Processing => None,
+        }
     }
 }
 // === impl Shared ===
 
 impl<T: Send> Shared<T> {
-    /// An empty queue's state, its clock starting now.
-    pub(crate) fn new(metrics: Option<QueueMetrics<T>>) -> Self {
+    /// An empty queue's state, its clock starting now; prioritised items rise one level per
+    /// `aging_step`.
+    pub(crate) fn new(metrics: Option<QueueMetrics<T>>, aging_step: Duration) -> Self {
         Self {
             state: Mutex::new(State {
                 items: HashMap::default(),
-                fifo: Fifo::default(),
+                fifo: Fifo::new(aging_step),
                 processing: 0,
                 delayed: DelayHeap::default(),
                 waiters: Waiters::default(),
@@ -369,13 +518,30 @@ impl<T: Eq + Hash + Clone + Send> Shared<T> {
         if self.counters.is_counting() {
             self.counters.refresh(&item);
         }
-        state.enqueue(item, &mut wake);
+        state.enqueue(item, 0, &mut wake);
         // Unlock before waking (`wake` was declared after the guard, so drop it by hand).
         drop(state);
     }
 
-    /// [`DelayingQueue::add_after`](crate::DelayingQueue::add_after).
-    pub(crate) fn add_after(&self, item: T, delay: Duration) {
+    /// [`Queue::add_with_priority`](crate::Queue::add_with_priority).
+    pub(crate) fn add_with_priority(&self, item: T, priority: i32) {
+        if priority == 0 {
+            return self.add(item);
+        }
+        let mut wake = WakeList::default();
+        let mut state = self.lock_promoted(&mut wake);
+        if !state.shutting_down {
+            state.fifo.prio();
+            // No `refresh` of a remembered key: at a negative priority, a later plain `add`
+            // must take the lock to raise it.
+            state.enqueue(item, priority, &mut wake);
+        }
+    }
+
+    /// [`DelayingQueue::add_after`](crate::DelayingQueue::add_after), and with a priority
+    /// other than 0,
+    /// [`DelayingQueue::add_after_with_priority`](crate::DelayingQueue::add_after_with_priority).
+    pub(crate) fn add_after(&self, item: T, delay: Duration, priority: i32) {
         let mut wake = WakeList::default();
         let mut state = self.state.lock();
         if state.shutting_down {
@@ -384,9 +550,12 @@ impl<T: Eq + Hash + Clone + Send> Shared<T> {
         if let Some(metrics) = &state.metrics {
             metrics.retry();
         }
+        if priority != 0 {
+            state.fifo.prio();
+        }
         if delay.is_zero() {
             state.promote_due(self.epoch, &mut wake);
-            state.enqueue(item, &mut wake);
+            state.enqueue(item, priority, &mut wake);
             return;
         }
         let now = nanos_since(self.epoch, Instant::now());
@@ -396,11 +565,16 @@ impl<T: Eq + Hash + Clone + Send> Shared<T> {
         let at = now
             .saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX))
             .min(MAX_PAYLOAD);
-        state.request(item, at, &mut wake);
+        if priority == 0 {
+            state.request(item, at, &mut wake);
+        } else {
+            state.settle(&mut wake); // the buffered requests were made first
+            state.schedule(item, at, priority, &mut wake);
+        }
     }
 
-    /// [`Queue::get`](crate::Queue::get).
-    pub(crate) async fn get(&self) -> Option<T> {
+    /// [`Queue::get_with_priority`](crate::Queue::get_with_priority).
+    pub(crate) async fn get(&self) -> Option<(T, i32)> {
         // Fast path: an item is ready, or the queue is over. No waiter, no timer, one lock.
         if let Some(out) = self.try_take() {
             return out;
@@ -415,7 +589,7 @@ impl<T: Eq + Hash + Clone + Send> Shared<T> {
 
     /// `get` without waiting: the item, `Some(None)` once shut down and empty, or `None`
     /// if `get` has to wait.
-    fn try_take(&self) -> Option<Option<T>> {
+    fn try_take(&self) -> Option<Option<(T, i32)>> {
         let mut wake = WakeList::default();
         let mut state = self.lock_promoted(&mut wake);
         match state.pop(&self.counters) {
@@ -510,34 +684,51 @@ fn nanos_since(epoch: Instant, now: Instant) -> u64 {
 // === impl State ===
 
 impl<T: Eq + Hash + Clone + Send> State<T> {
-    /// The "add" transition of the state table, for an item that is due now.
-    pub(crate) fn enqueue(&mut self, item: T, wake: &mut WakeList) {
+    /// The "add" transition of the state table, for an item that is due now, added with
+    /// `priority`.
+    pub(crate) fn enqueue(&mut self, item: T, priority: i32, wake: &mut WakeList) {
         match self.items.entry(item) {
             Entry::Vacant(vacant) => {
-                let queued = self.fifo.push(vacant.key().clone());
+                let queued = self.fifo.push_with(vacant.key().clone(), priority);
                 if let Some(metrics) = &mut self.metrics {
-                    metrics.add(vacant.key());
+                    metrics.add(vacant.key(), priority);
                 }
                 vacant.insert(queued.pack());
                 self.waiters.wake_for_item(wake);
             }
             Entry::Occupied(mut occupied) => {
-                let next = match self.fifo.current(*occupied.get()) {
-                    ItemState::Queued(_) | ItemState::ProcessingDirty => return,
-                    ItemState::Processing => ItemState::ProcessingDirty,
+                let key = occupied.key();
+                let (next, priority) = match self.fifo.current(*occupied.get()) {
+                    state @ (ItemState::Queued(_)
+                    | ItemState::QueuedHeap
+                    | ItemState::ProcessingDirty) => {
+                        if let Some((old, next)) = self.fifo.raise(key, state, priority) {
+                            if let Some(metrics) = &mut self.metrics {
+                                metrics.reprioritize(old, priority);
+                            }
+                            occupied.insert(next.pack());
+                        }
+                        return;
+                    }
+                    ItemState::Processing => {
+                        self.fifo.set_pending(key, priority);
+                        (ItemState::ProcessingDirty, priority)
+                    }
                     ItemState::Waiting(_) => {
                         self.delayed.cancel_one();
                         self.waiters.wake_for_item(wake);
-                        self.fifo.push(occupied.key().clone())
+                        let priority = self.fifo.take_pending(key).max(priority);
+                        (self.fifo.push_with(key.clone(), priority), priority)
                     }
-                    ItemState::ProcessingWaiting(_) => {
+                    state @ ItemState::ProcessingWaiting(_) => {
                         self.delayed.cancel_one();
-                        ItemState::ProcessingDirty
+                        self.fifo.raise(key, state, priority);
+                        (ItemState::ProcessingDirty, self.fifo.pending_priority(key))
                     }
                 };
                 occupied.insert(next.pack());
                 if let Some(metrics) = &mut self.metrics {
-                    metrics.add(occupied.key());
+                    metrics.add(occupied.key(), priority);
                 }
             }
         }
@@ -559,11 +750,15 @@ impl<T: Eq + Hash + Clone + Send> State<T> {
             return false;
         };
         match self.fifo.current(*state) {
-            ItemState::Queued(_) | ItemState::ProcessingDirty => {}
+            ItemState::Queued(_) => {}
+            // Below priority 0, a plain add raises it: the general path does that.
+            ItemState::ProcessingDirty | ItemState::QueuedHeap => {
+                return self.fifo.pending_priority(item) >= 0;
+            }
             ItemState::Processing => {
                 *state = ItemState::ProcessingDirty.pack();
                 if let Some(metrics) = &mut self.metrics {
-                    metrics.add(item);
+                    metrics.add(item, 0);
                 }
             }
             ItemState::Waiting(_) | ItemState::ProcessingWaiting(_) => return false,
@@ -576,18 +771,27 @@ impl<T: Eq + Hash + Clone + Send> State<T> {
     ///
     /// This is the one transition out of the dirty states, so it is counted for the
     /// lock-free duplicate check before the item is handed out.
-    fn pop(&mut self, counters: &PopCounters<T>) -> Option<T> {
-        let seq = self.fifo.popped;
-        let item = self.fifo.pop()?;
-        debug_assert_eq!(self.items.get(&item), Some(&ItemState::Queued(seq).pack()));
+    fn pop(&mut self, counters: &PopCounters<T>) -> Option<(T, i32)> {
+        let (item, priority) = if self.fifo.prio.is_none() {
+            let seq = self.fifo.popped;
+            let item = self.fifo.pop()?;
+            debug_assert_eq!(self.items.get(&item), Some(&ItemState::Queued(seq).pack()));
+            (item, 0)
+        } else {
+            let (item, priority, from_heap) = self.fifo.pop_prioritised()?;
+            if from_heap && let Some(state) = self.items.get_mut(&item) {
+                *state = ItemState::Processing.pack();
+            }
+            (item, priority)
+        };
         if counters.is_counting() {
             counters.count_pop(&item);
         }
         self.processing += 1;
         if let Some(metrics) = &mut self.metrics {
-            metrics.get(&item);
+            metrics.get(&item, priority);
         }
-        Some(item)
+        Some((item, priority))
     }
 
     /// The "done" transition. Returns whether a drain just completed.
@@ -600,14 +804,17 @@ impl<T: Eq + Hash + Clone + Send> State<T> {
                 entry.remove();
             }
             ItemState::ProcessingDirty => {
-                entry.insert(self.fifo.push(entry.key().clone()).pack());
+                let priority = self.fifo.take_pending(entry.key());
+                entry.insert(self.fifo.push_with(entry.key().clone(), priority).pack());
                 self.waiters.wake_for_item(wake);
             }
             ItemState::ProcessingWaiting(at) => {
                 entry.insert(ItemState::Waiting(at).pack());
             }
             // Not handed out: a stray `done` changes nothing.
-            ItemState::Queued(_) | ItemState::Waiting(_) => return false,
+            ItemState::Queued(_) | ItemState::QueuedHeap | ItemState::Waiting(_) => {
+                return false;
+            }
         }
         self.processing -= 1;
         if let Some(metrics) = &mut self.metrics {
@@ -741,17 +948,21 @@ impl<T: Eq + Hash + Clone> State<T> {
         match state.get() {
             ItemState::Waiting(at) if at == timer.at => {
                 self.delayed.cancel_one();
+                let priority = self.fifo.take_pending(&timer.item);
                 if let Some(metrics) = &mut self.metrics {
-                    metrics.add_at(&timer.item, since().unwrap_or_else(Instant::now));
+                    let since = since().unwrap_or_else(Instant::now);
+                    metrics.add_at(&timer.item, since, priority);
                 }
-                *state = self.fifo.push(timer.item).pack();
+                *state = self.fifo.push_with(timer.item, priority).pack();
                 self.waiters.wake_for_item(wake);
             }
             ItemState::ProcessingWaiting(at) if at == timer.at => {
                 *state = ItemState::ProcessingDirty.pack();
                 self.delayed.cancel_one();
                 if let Some(metrics) = &mut self.metrics {
-                    metrics.add_at(&timer.item, since().unwrap_or_else(Instant::now));
+                    let priority = self.fifo.pending_priority(&timer.item);
+                    let since = since().unwrap_or_else(Instant::now);
+                    metrics.add_at(&timer.item, since, priority);
                 }
             }
             _ => {} // stale: superseded by an add or an earlier deadline
@@ -765,7 +976,7 @@ impl<T: Eq + Hash + Clone> State<T> {
     pub(crate) fn request(&mut self, item: T, at: u64, wake: &mut WakeList) {
         if self.waiters.wakes_for_deadline(at) {
             self.settle(wake); // the buffered requests were made first
-            self.schedule(item, at, wake);
+            self.schedule(item, at, 0, wake);
         } else {
             self.delayed.buffer(item, at);
             if self.delayed.incoming.len() >= INCOMING_BATCH {
@@ -790,7 +1001,7 @@ impl<T: Eq + Hash + Clone> State<T> {
         let mut recorded = Vec::with_capacity(incoming.len());
         self.delayed.incoming_min = u64::MAX;
         for (item, at) in incoming.drain(..) {
-            if let Some(key) = self.record(item, at) {
+            if let Some(key) = self.record(item, at, 0) {
                 recorded.push((key, at));
             }
         }
@@ -802,34 +1013,46 @@ impl<T: Eq + Hash + Clone> State<T> {
         self.sweep_if_needed();
     }
 
-    /// Records a request to add `item` at deadline `at` (in the future, at most
-    /// [`MAX_PAYLOAD`]).
-    fn schedule(&mut self, item: T, at: u64, wake: &mut WakeList) {
-        if let Some(key) = self.record(item, at) {
+    /// Records a request to add `item` with `priority` at deadline `at` (in the future, at
+    /// most [`MAX_PAYLOAD`]).
+    pub(crate) fn schedule(&mut self, item: T, at: u64, priority: i32, wake: &mut WakeList) {
+        if let Some(key) = self.record(item, at, priority) {
             self.delayed.push(key, at);
             self.waiters.wake_for_deadline(at, wake);
             self.sweep_if_needed();
         }
     }
 
-    /// The item map's part of recording a request for `item` at `at`: returns the key to push
-    /// to the heap with it, or `None` if the request changes nothing.
+    /// The item map's part of recording a request for `item` at `at` with `priority`: returns
+    /// the key to push to the heap with it, or `None` if the request changes no deadline.
     #[inline]
-    fn record(&mut self, item: T, at: u64) -> Option<T> {
+    fn record(&mut self, item: T, at: u64, priority: i32) -> Option<T> {
         use hashbrown::hash_map::Entry;
 
         match self.items.entry(item) {
             Entry::Vacant(vacant) => {
                 let key = vacant.key().clone();
+                self.fifo.set_pending(&key, priority);
                 vacant.insert(ItemState::Waiting(at).pack());
                 self.delayed.add_one();
                 Some(key)
             }
             Entry::Occupied(mut occupied) => {
-                let next = match self.fifo.current(*occupied.get()) {
-                    // Will be processed after now anyway.
-                    ItemState::Queued(_) | ItemState::ProcessingDirty => return None,
+                let state = self.fifo.current(*occupied.get());
+                let raised = self.fifo.raise(occupied.key(), state, priority);
+                let next = match state {
+                    // Will be processed after now anyway; only its priority may rise.
+                    ItemState::Queued(_) | ItemState::QueuedHeap | ItemState::ProcessingDirty => {
+                        if let Some((old, next)) = raised {
+                            if let Some(metrics) = &mut self.metrics {
+                                metrics.reprioritize(old, priority);
+                            }
+                            occupied.insert(next.pack());
+                        }
+                        return None;
+                    }
                     ItemState::Processing => {
+                        self.fifo.set_pending(occupied.key(), priority);
                         self.delayed.add_one();
                         ItemState::ProcessingWaiting(at)
                     }
@@ -870,6 +1093,14 @@ impl<T: Eq + Hash + Clone> State<T> {
                 }
                 _ => true,
             });
+            let items = &self.items;
+            let fifo = &mut self.fifo;
+            if let Some(prio) = &mut fifo.prio {
+                // Only dirty items keep a pending priority now.
+                prio.retain_pending(|item| {
+                    items.get(item).map(|state| state.get()) == Some(ItemState::ProcessingDirty)
+                });
+            }
         }
         self.delayed.clear();
     }
@@ -1043,7 +1274,7 @@ struct Waiter<'a, T: Send> {
 impl<T: Eq + Hash + Clone + Send> Waiter<'_, T> {
     /// One poll of `get`: take an item, report shutdown, or park (and, as the keeper, sleep
     /// until the earliest delayed deadline).
-    fn poll_get(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+    fn poll_get(&mut self, cx: &mut Context<'_>) -> Poll<Option<(T, i32)>> {
         let mut timer_fired = false;
         loop {
             let deadline = {

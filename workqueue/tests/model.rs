@@ -11,7 +11,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use proptest::prelude::*;
 use tokio::time::Instant;
-use workqueue::DelayingQueue;
+use workqueue::{DelayingQueue, QueueConfig};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -125,6 +125,238 @@ impl Model {
         self.promote();
         if self.processing.remove(&item) && self.dirty_while_processing.remove(&item) {
             self.queue.push_back(item);
+        }
+    }
+
+    fn shut_down(&mut self) {
+        self.promote();
+        self.shut_down = true;
+        self.pending.clear();
+    }
+
+    fn len(&mut self) -> usize {
+        self.promote();
+        self.queue.len()
+    }
+}
+
+// === Reference model with priorities ===
+
+/// One step of a single-task script on a queue with priorities.
+#[derive(Debug, Clone)]
+enum PrioOp {
+    Add(u8, i8),
+    AddAfter(u8, u8, i8),
+    Get,
+    Done(u8),
+    Advance(u8),
+    ShutDown,
+}
+
+fn prio_op() -> impl Strategy<Value = PrioOp> {
+    let item = 0u8..4;
+    // Mostly 0, as in a controller; a step of 1 ms against advances of up to 4 ms, so that
+    // aging reorders items of different priorities.
+    let priority = prop_oneof![3 => Just(0i8), 2 => -3i8..=3];
+    prop_oneof![
+        4 => (item.clone(), priority.clone()).prop_map(|(i, p)| PrioOp::Add(i, p)),
+        3 => (item.clone(), 0u8..6, priority).prop_map(|(i, d, p)| PrioOp::AddAfter(i, d, p)),
+        4 => Just(PrioOp::Get),
+        3 => item.prop_map(PrioOp::Done),
+        3 => (0u8..4).prop_map(PrioOp::Advance),
+        1 => Just(PrioOp::ShutDown),
+    ]
+}
+
+/// One queued item of [`PrioModel`]: its rank, the priority it was ranked with, its push
+/// order, and the priority it will be handed out with.
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    item: u8,
+    rank: i64,
+    ranked_at: i32,
+    seq: u64,
+    priority: i32,
+}
+
+/// The documented semantics of priorities, written plainly: every queued item has the rank
+/// `queued at − priority × step`, and `get` takes the smallest (rank, priority, push order).
+#[derive(Default)]
+struct PrioModel {
+    queue: Vec<Queued>,
+    processing: HashSet<u8>,
+    /// Items added again while processed, with the priority they will be queued with.
+    dirty_while_processing: HashMap<u8, i32>,
+    /// Item → (deadline in ms, order of the request, priority).
+    pending: HashMap<u8, (u64, u64, i32)>,
+    next_request: u64,
+    next_seq: u64,
+    now_ms: u64,
+    /// Whether an add with a priority other than 0 happened (the queue's priority side).
+    prioritised: bool,
+    shut_down: bool,
+}
+
+const STEP_MS: i64 = 1;
+
+impl PrioModel {
+    fn now(&self) -> i64 {
+        self.now_ms as i64
+    }
+
+    fn rank(&self, priority: i32) -> i64 {
+        self.now() - i64::from(priority) * STEP_MS
+    }
+
+    fn promote(&mut self) {
+        let mut due: Vec<_> = self
+            .pending
+            .iter()
+            .filter(|(_, (at, _, _))| *at <= self.now_ms)
+            .map(|(&item, &(at, order, priority))| ((at, order), item, priority))
+            .collect();
+        due.sort_unstable();
+        for (_, item, priority) in due {
+            self.pending.remove(&item);
+            if self.processing.contains(&item) {
+                self.dirty_while_processing.insert(item, priority);
+            } else {
+                self.push(item, priority);
+            }
+        }
+    }
+
+    /// The first add with a priority other than 0: items queued so far count as queued now.
+    fn prioritise(&mut self, priority: i32) {
+        if priority != 0 && !self.prioritised {
+            self.prioritised = true;
+            let now = self.now();
+            for queued in &mut self.queue {
+                queued.rank = now;
+            }
+        }
+    }
+
+    fn push(&mut self, item: u8, priority: i32) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let rank = self.rank(priority);
+        self.queue.push(Queued {
+            item,
+            rank,
+            ranked_at: priority,
+            seq,
+            priority,
+        });
+    }
+
+    /// A re-add of a queued item with `priority`.
+    fn raise(&mut self, index: usize, priority: i32) {
+        let queued = self.queue[index];
+        if priority <= queued.priority {
+            return;
+        }
+        let fresh = self.rank(priority);
+        let seq = self.next_seq;
+        let entry = &mut self.queue[index];
+        if queued.ranked_at == 0 {
+            // In the FIFO, raised above 0: to the heap, with the better of the two ranks.
+            *entry = Queued {
+                rank: queued.rank.min(fresh),
+                ranked_at: priority,
+                seq,
+                priority,
+                ..queued
+            };
+        } else if fresh >= queued.rank {
+            entry.priority = priority; // it ranks better already: keeps its place
+            return;
+        } else {
+            *entry = Queued {
+                rank: fresh,
+                ranked_at: priority,
+                seq,
+                priority,
+                ..queued
+            };
+        }
+        self.next_seq += 1;
+    }
+
+    fn mark_dirty(&mut self, item: u8, priority: i32) {
+        if self.processing.contains(&item) {
+            let dirty = self.dirty_while_processing.entry(item).or_insert(priority);
+            *dirty = (*dirty).max(priority);
+        } else if let Some(index) = self.queue.iter().position(|q| q.item == item) {
+            self.raise(index, priority);
+        } else {
+            self.push(item, priority);
+        }
+    }
+
+    fn add(&mut self, item: u8, priority: i32) {
+        if self.shut_down {
+            return;
+        }
+        self.promote();
+        self.prioritise(priority);
+        let priority = match self.pending.remove(&item) {
+            Some((_, _, pending)) => pending.max(priority),
+            None => priority,
+        };
+        self.mark_dirty(item, priority);
+    }
+
+    fn add_after(&mut self, item: u8, delay_ms: u64, priority: i32) {
+        if self.shut_down {
+            return;
+        }
+        if delay_ms == 0 {
+            return self.add(item, priority);
+        }
+        self.prioritise(priority);
+        self.promote();
+        if let Some(dirty) = self.dirty_while_processing.get_mut(&item) {
+            *dirty = (*dirty).max(priority);
+            return;
+        }
+        if let Some(index) = self.queue.iter().position(|q| q.item == item) {
+            return self.raise(index, priority);
+        }
+        let request = (self.now_ms + delay_ms, self.next_request, priority);
+        self.next_request += 1;
+        let pending = self.pending.entry(item).or_insert(request);
+        pending.2 = pending.2.max(priority);
+        if request.0 < pending.0 {
+            (pending.0, pending.1) = (request.0, request.1);
+        }
+    }
+
+    fn get(&mut self) -> Option<Option<(u8, i32)>> {
+        self.promote();
+        let best = self
+            .queue
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, q)| (q.rank, q.ranked_at, q.seq))
+            .map(|(index, _)| index);
+        match best {
+            Some(index) => {
+                let queued = self.queue.remove(index);
+                self.processing.insert(queued.item);
+                Some(Some((queued.item, queued.priority)))
+            }
+            None if self.shut_down => Some(None),
+            None => None,
+        }
+    }
+
+    fn done(&mut self, item: u8) {
+        self.promote();
+        if self.processing.remove(&item)
+            && let Some(priority) = self.dirty_while_processing.remove(&item)
+        {
+            self.push(item, priority);
         }
     }
 
@@ -257,10 +489,15 @@ fn add_randomly(queue: &DelayingQueue<u8>, log: &Mutex<Log>, rng: &mut Rng, item
     };
     // Log first: the add happens after this step.
     log.lock().record_add(item, delay);
+    // A third of the adds carry a priority: the heap and its raises race too.
+    let priority = match rng.below(3) {
+        0 => i32::try_from(rng.below(5)).unwrap() - 2,
+        _ => 0,
+    };
     if delay.is_zero() && rng.below(2) == 0 {
-        queue.add(item);
+        queue.add_with_priority(item, priority);
     } else {
-        queue.add_after(item, delay);
+        queue.add_after_with_priority(item, delay, priority);
     }
 }
 
@@ -551,4 +788,57 @@ fn an_add_after_a_get_on_another_thread_is_never_lost() {
     }
     drop(go_tx);
     worker.join().unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// With priorities and aging: every `get` hands out the model's item with the model's
+    /// priority (highest rank first, FIFO within a priority, raising, aging, pending
+    /// priorities of delayed and dirty items), and `len` and the pending count agree.
+    #[test]
+    fn prioritised_queue_matches_the_reference_model(
+        ops in prop::collection::vec(prio_op(), 1..80),
+    ) {
+        paused_runtime().block_on(async {
+            let queue = DelayingQueue::with_config(
+                QueueConfig::new().aging_step(Duration::from_millis(STEP_MS as u64)),
+            );
+            let mut model = PrioModel::default();
+            for (step, op) in ops.iter().enumerate() {
+                match *op {
+                    PrioOp::Add(item, p) => {
+                        queue.add_with_priority(item, i32::from(p));
+                        model.add(item, i32::from(p));
+                    }
+                    PrioOp::AddAfter(item, ms, p) => {
+                        queue.add_after_with_priority(item, u32::from(ms) * MS, i32::from(p));
+                        model.add_after(item, u64::from(ms), i32::from(p));
+                    }
+                    PrioOp::Get => {
+                        let got = match poll_once(pin!(queue.get_with_priority())) {
+                            Poll::Ready(item) => Some(item),
+                            Poll::Pending => None,
+                        };
+                        prop_assert_eq!(got, model.get(), "step {}: {:?}", step, op);
+                    }
+                    PrioOp::Done(item) => {
+                        queue.done(&item);
+                        model.done(item);
+                    }
+                    PrioOp::Advance(ms) => {
+                        tokio::time::advance(u32::from(ms) * MS).await;
+                        model.now_ms += u64::from(ms);
+                    }
+                    PrioOp::ShutDown => {
+                        queue.shut_down();
+                        model.shut_down();
+                    }
+                }
+                prop_assert_eq!(queue.len(), model.len(), "len after step {}: {:?}", step, op);
+                prop_assert_eq!(queue.pending_delayed(), model.pending.len(), "step {}", step);
+            }
+            Ok(())
+        })?;
+    }
 }

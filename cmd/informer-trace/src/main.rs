@@ -14,14 +14,18 @@
 //! informer-trace ConfigMap -n default
 //! informer-trace Pod -n default --index-label app --index-label pod-template-hash
 //! informer-trace Deployment --api-version apps/v1 --duration 60
-//! informer-trace ConfigMap -n default --pop-delay 5   # a slow consumer: watch deltas pile up
-//! informer-trace ConfigMap -n default --pop-delay 5 --in-order   # the same on the RealFIFO
+//! informer-trace ConfigMap -n default --pop-delay 5   # a slow consumer: watch events pile up
+//! informer-trace ConfigMap -n default --pop-delay 5 --delta-fifo   # the same on the DeltaFIFO
 //! ```
 //!
-//! A sample, with `--no-watch-list --index-label x --pop-delay 1 --summary-every 3`: a LIST,
-//! then, while the informer pops slowly, `before` is labelled, and `during` is created and
-//! deleted. `--pop-delay` sets [`InformerOptions::pop_delay`], so the DeltaFIFO's per-key
-//! lists of deltas become visible.
+//! The informer pops from the in-order RealFIFO, as client-go 1.36's do: one event per pop,
+//! as the server sent them, a relist as one item (the trace shows a pop line per key it
+//! touched). `--delta-fifo` selects the classic DeltaFIFO, which keeps one entry per key.
+//!
+//! A sample, with `--no-watch-list --index-label x --pop-delay 1 --summary-every 3
+//! --delta-fifo`: a LIST, then, while the informer pops slowly, `before` is labelled, and
+//! `during` is created and deleted. `--pop-delay` sets [`InformerOptions::pop_delay`], so the
+//! DeltaFIFO's per-key lists of deltas become visible.
 //!
 //! ```text
 //!     0.004s  reflector LIST first page rv="0" limit=500 → 2 items
@@ -95,10 +99,10 @@ struct Args {
     /// FIFO where the trace shows them (default: pop at once).
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     pop_delay: Option<Duration>,
-    /// Pop from the in-order RealFIFO, one delta at a time as they came (client-go's queue
-    /// since 1.33), instead of the DeltaFIFO.
+    /// Pop from the DeltaFIFO, a key's deltas together in first-come order of keys
+    /// (client-go's queue until 1.32), instead of the in-order RealFIFO.
     #[arg(long)]
-    in_order: bool,
+    delta_fifo: bool,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long)]
     duration: Option<u64>,
@@ -428,8 +432,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     options.resync_period = Duration::from_secs(args.resync.unwrap_or(0));
     options.reflector.watch_list = !args.no_watch_list;
     options.pop_delay = args.pop_delay.unwrap_or_default();
-    if args.in_order {
-        options.fifo = FifoKind::InOrder;
+    if args.delta_fifo {
+        options.fifo = FifoKind::Delta;
     }
     let informer = SharedIndexInformer::new(lw, options);
 

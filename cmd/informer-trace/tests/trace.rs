@@ -196,6 +196,7 @@ fn trace_shows_the_deltas_the_fifo_holds_per_key_while_pops_are_held() {
             "1",
             "--pop-delay",
             "3600",
+            "--delta-fifo",
             "-n",
             &ns,
         ],

@@ -22,6 +22,15 @@ pub enum Keys {
         /// Number of distinct keys.
         space: u64,
     },
+    /// Unique keys, odd ones added at priority −100 (an initial list) and even ones at 0
+    /// (live changes): the queue as a controller runs it by default. The Go peer runs
+    /// controller-runtime's priority queue.
+    Prioritised,
+}
+
+/// The priority [`Keys::Prioritised`] adds `key` with.
+pub fn priority_of(key: u64) -> i32 {
+    if key % 2 == 1 { -100 } else { 0 }
 }
 
 /// The threads a workload runs on.
@@ -109,7 +118,7 @@ impl Cycle {
         let n = self.adds_per_producer();
         let keys = self.keys;
         (p as u64 * n..(p as u64 + 1) * n).map(move |i| match keys {
-            Keys::Unique => i,
+            Keys::Unique | Keys::Prioritised => i,
             Keys::Repeating { space } => i % space,
         })
     }
@@ -141,9 +150,14 @@ impl Cycle {
                     let queue = queue.clone();
                     let keys = spec.keys_of(p);
                     let every = spec.yield_every;
+                    let prioritised = spec.keys == Keys::Prioritised;
                     tokio::spawn(async move {
                         for (i, key) in (1u64..).zip(keys) {
-                            queue.add(key);
+                            if prioritised {
+                                queue.add_with_priority(key, priority_of(key));
+                            } else {
+                                queue.add(key);
+                            }
                             if every != 0 && i % every == 0 {
                                 tokio::task::yield_now().await;
                             }
@@ -230,6 +244,7 @@ impl fmt::Display for Cycle {
         let keys = match self.keys {
             Keys::Unique => "unique",
             Keys::Repeating { .. } => "repeat",
+            Keys::Prioritised => "prio",
         };
         match self.threads {
             Threads::One => write!(f, "cycle/{keys}/1thread"),
@@ -255,7 +270,8 @@ pub struct CycleParams {
 
 /// The throughput workloads, in report order: unique then repeating keys with 1, 2, 4 and
 /// 8 producers and as many workers on `threads` worker threads, then unique keys with one
-/// producer and one worker on a single thread.
+/// producer and one worker on a single thread, then prioritised keys with 1 and 2
+/// producers and as many workers.
 pub fn cycle_workloads(params: CycleParams) -> Vec<Cycle> {
     let mut out = Vec::new();
     let repeating = Keys::Repeating {
@@ -284,6 +300,16 @@ pub fn cycle_workloads(params: CycleParams) -> Vec<Cycle> {
         threads: Threads::One,
         yield_every: params.yield_every,
     });
+    for n in [1, 2] {
+        out.push(Cycle {
+            keys: Keys::Prioritised,
+            producers: n,
+            workers: n,
+            adds: params.unique_adds,
+            threads: Threads::Workers(params.threads),
+            yield_every: params.yield_every,
+        });
+    }
     out
 }
 
@@ -354,5 +380,12 @@ mod tests {
         assert_eq!(names[0], "cycle/unique/p1w1");
         assert_eq!(names[7], "cycle/repeat/p8w8");
         assert_eq!(names[8], "cycle/unique/1thread");
+        assert_eq!(names[10], "cycle/prio/p2w2");
+    }
+
+    #[test]
+    fn prioritised_keys_are_each_processed_once() {
+        let outcome = spec(Keys::Prioritised, 2, Threads::Workers(2)).run_queue();
+        assert_eq!((outcome.adds, outcome.processed), (10_000, 10_000));
     }
 }

@@ -4,7 +4,8 @@
 //! # Map
 //!
 //! * [`Cycle`] — add → get → done with `P` producers and `W` workers on unique or repeating
-//!   keys, run on our [`workqueue::Queue`] ([`Cycle::run_queue`]) and, as the ceiling a
+//!   keys (or unique keys at two priorities, [`Keys::Prioritised`]), run on our
+//!   [`workqueue::Queue`] ([`Cycle::run_queue`]) and, as the ceiling a
 //!   deduplicating queue can approach, on a lock-free MPMC channel ([`Cycle::run_channel`]).
 //! * [`Insert`] — `add_after` of many distinct keys: insert rate and heap bytes per pending
 //!   item, read through [`alloc_counter::CountingAlloc`].
@@ -39,6 +40,6 @@ mod cycle;
 mod delayed;
 mod rng;
 
-pub use cycle::{Cycle, CycleOutcome, CycleParams, Keys, Threads, cycle_workloads};
+pub use cycle::{Cycle, CycleOutcome, CycleParams, Keys, Threads, cycle_workloads, priority_of};
 pub use delayed::{Insert, InsertOutcome, Lateness, LatenessOutcome};
 pub use rng::SplitMix64;

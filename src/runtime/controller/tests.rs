@@ -6,7 +6,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
@@ -556,4 +555,131 @@ async fn the_delete_handler_keeps_last_states_tombstones_included_as_predicates_
         "no state for the unknown tombstone, nor the filtered delete"
     );
     assert_eq!(queue.len(), 1, "ns/a is queued, once");
+}
+
+// === priorities ===
+
+/// The `for` kind's map: an object to its own key.
+fn own_key(obj: &Raw<ConfigMap>, out: &mut dyn FnMut(Key)) {
+    out(informer::key_of(obj));
+}
+
+type Handler = Enqueue<ConfigMap, fn(&Raw<ConfigMap>, &mut dyn FnMut(Key))>;
+
+/// A handler for the `for` kind over a queue, as `complete` wires it.
+fn handler(priorities: bool) -> (Queue, Handler) {
+    let queue = RateLimitingQueue::new(default_controller_rate_limiter());
+    let handler = Enqueue {
+        target: Target {
+            queue: queue.clone(),
+            filters: Arc::new([]),
+            priorities,
+        },
+        predicate: None,
+        both_on_update: false,
+        map: own_key as fn(&Raw<ConfigMap>, &mut dyn FnMut(Key)),
+        _kind: std::marker::PhantomData,
+    };
+    (queue, handler)
+}
+
+fn config_map(name: &str, version: &str) -> Arc<Raw<ConfigMap>> {
+    Arc::new(
+        Raw::from_json(&format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{version}"}}}}"#
+        ))
+        .unwrap(),
+    )
+}
+
+/// Takes every queued key with its priority, in order.
+async fn drain(queue: &Queue) -> Vec<(String, i32)> {
+    let mut out = Vec::new();
+    while !queue.is_empty() {
+        let (key, priority) = queue.get_with_priority().await.unwrap();
+        queue.done(&key);
+        out.push((key.to_string(), priority));
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_live_change_goes_before_an_initial_list_of_many_objects() {
+    let (queue, handler) = handler(true);
+    for i in 0..10_000 {
+        handler.on_add(&config_map(&format!("listed-{i}"), "1"), true);
+    }
+    handler.on_add(&config_map("created", "2"), false);
+    let edited = (config_map("listed-7", "1"), config_map("listed-7", "3"));
+    handler.on_update(&edited.0, &edited.1);
+    let order = drain(&queue).await;
+    assert_eq!(order.len(), 10_000 + 1);
+    assert_eq!(
+        order[..3],
+        [
+            ("ns/created".to_owned(), 0),
+            ("ns/listed-7".to_owned(), 0),
+            ("ns/listed-0".to_owned(), LOW_PRIORITY),
+        ]
+    );
+    assert!(order[2..].iter().all(|(_, p)| *p == LOW_PRIORITY));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resync_of_an_unchanged_object_enters_at_low_priority() {
+    let (queue, handler) = handler(true);
+    let same = config_map("resynced", "5");
+    handler.on_update(&same, &same);
+    handler.on_update(&config_map("changed", "5"), &config_map("changed", "6"));
+    handler.on_delete(&DeletedObject::Object(config_map("deleted", "5")));
+    assert_eq!(
+        drain(&queue).await,
+        [
+            ("ns/changed".to_owned(), 0),
+            ("ns/deleted".to_owned(), 0),
+            ("ns/resynced".to_owned(), LOW_PRIORITY),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_priority_queue_events_keep_their_order() {
+    let (queue, handler) = handler(false);
+    handler.on_add(&config_map("listed", "1"), true);
+    handler.on_add(&config_map("created", "2"), false);
+    assert_eq!(
+        drain(&queue).await,
+        [("ns/listed".to_owned(), 0), ("ns/created".to_owned(), 0)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_requeue_keeps_the_priority_unless_the_action_sets_one() {
+    let script = Arc::new(Script::default());
+    let (workers, _) = workers(&script, 1);
+    let key: Key = "ns/a".into();
+    let cases = [
+        (
+            Answer::Ok(Action::requeue_after(Duration::from_secs(1))),
+            LOW_PRIORITY,
+        ),
+        (
+            Answer::Ok(Action::requeue_after(Duration::from_secs(1)).priority(7)),
+            7,
+        ),
+        (Answer::Ok(Action::requeue().priority(-3)), -3),
+        (Answer::Err, LOW_PRIORITY),
+        (Answer::Panic, LOW_PRIORITY),
+    ];
+    let (_running, running) = watch::channel(false);
+    for (answer, expected) in cases {
+        script.answer("ns/a", vec![answer]);
+        workers.process(&key, LOW_PRIORITY, &running).await;
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(
+            workers.queue.get_with_priority().await,
+            Some((key.clone(), expected))
+        );
+        workers.queue.done(&key);
+    }
 }
