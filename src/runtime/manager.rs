@@ -23,8 +23,8 @@
 //!
 //! Controllers [`complete`](super::Controller::complete)d, runnables
 //! [`add`](Manager::add)ed and webhook servers added while the manager runs start at once,
-//! as controller-runtime's do: a runnable that does not need leadership (and a webhook
-//! server) as soon as the caches have synced, a controller or a leader-only runnable at once
+//! as controller-runtime's do: a webhook server at once, a runnable that does not need
+//! leadership once the caches have synced, a controller or a leader-only runnable at once
 //! if this replica leads, else when it comes to lead. The informers a late controller asks
 //! for start at once, and its workers wait for them to sync (within the cache's
 //! `sync_timeout`; a cache that cannot sync stops the manager with the error, naming the
