@@ -3,11 +3,15 @@
 //!
 //! ```text
 //! KUBECONFIG=target/testenv/kubeconfig cargo run --example configmap_mirror -- \
-//!     [--namespace NS] [--probe-addr 127.0.0.1:8081] [--metrics-addr 127.0.0.1:8080]
+//!     [--namespace NS] [--probe-addr 127.0.0.1:8081] [--metrics-addr 127.0.0.1:8080] \
+//!     [--graceful-shutdown-timeout SECONDS]
 //! ```
 //!
 //! A ConfigMap annotated `mirror.example.com/delay-seconds: "N"` makes its reconcile take N
-//! seconds, to show that SIGTERM lets a reconcile in flight finish.
+//! seconds, to show that SIGTERM lets a reconcile in flight finish; with
+//! `mirror.example.com/block: "true"` it blocks its thread for those seconds instead (never
+//! reaching an `.await`), to show that the process exits anyway once the graceful shutdown
+//! timeout has passed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +28,7 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::prelude::*;
 
 const DELAY: &str = "mirror.example.com/delay-seconds";
+const BLOCK: &str = "mirror.example.com/block";
 
 struct Ctx {
     client: Client,
@@ -42,7 +47,15 @@ async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, Reconcil
         .map(Duration::from_secs);
     if let Some(delay) = delay {
         println!("reconcile started {ns}/{name}");
-        tokio::time::sleep(delay).await;
+        let annotations = cm.metadata.annotations.as_ref();
+        if annotations
+            .and_then(|a| a.get(BLOCK))
+            .is_some_and(|b| b == "true")
+        {
+            std::thread::sleep(delay);
+        } else {
+            tokio::time::sleep(delay).await;
+        }
     }
     let mirrored = ctx
         .secrets
@@ -107,6 +120,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             "--probe-addr" => options.health_probe_bind_address = parse_bind_address(&value()?)?,
             "--metrics-addr" => options.metrics_bind_address = parse_bind_address(&value()?)?,
+            "--graceful-shutdown-timeout" => {
+                options.graceful_shutdown_timeout = Duration::from_secs(value()?.parse()?)
+            }
             other => return Err(format!("unknown argument {other}").into()),
         }
     }

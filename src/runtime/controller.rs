@@ -22,6 +22,70 @@
 //! | `Err(e)` | queued again after the key's backoff, which grows (5 ms doubling to 1000 s, and 10 per second overall) | `error` |
 //! | `Err(ReconcileError::terminal(e))` | not queued again until the next event | `error` |
 //! | a panic | caught, counted, and treated as an error | `error` |
+//! | still running at its [`reconcile_timeout`](Controller::reconcile_timeout) | dropped (its future is not polled again), counted in `controller_runtime_reconcile_timeouts_total`, logged, and treated as an error | `error` |
+//!
+//! **Deleted objects.** A key whose object is no longer in the cache when its turn comes
+//! (deleted, or never cached) is not reconciled: `reconcile` only ever sees objects that
+//! exist, its backoff is forgotten, and nothing is counted. To act on a delete, either hold
+//! a [finalizer](super::finalizer) (the object stays, with a deletion timestamp, until the
+//! reconcile lets it go: the way to clean up what must never be missed) or give the
+//! controller an [`on_delete`](Controller::on_delete) function, called once with the last
+//! state the cache held:
+//!
+//! | the key's object is gone, and | what runs | queue | `result` label |
+//! |---|---|---|---|
+//! | no `on_delete` | nothing | backoff forgotten | none |
+//! | `on_delete`, which returns `Ok(())` | `on_delete(last state, ctx)` | backoff forgotten; the state is dropped | `success` |
+//! | `on_delete`, which fails (error, panic or timeout) | as above | the state is kept and retried with backoff, as a reconcile's error | `error` |
+//! | `on_delete`, which fails terminally | as above | the state is dropped | `error` |
+//!
+//! The last state is the object as the watch last delivered it, or, for an object deleted
+//! while the watch was down, the state its tombstone (`DeletedFinalStateUnknown`) carried,
+//! which may be older; a tombstone that carries none is logged and skipped. Events a
+//! predicate filters out call nothing. If the object comes back under the same name, its
+//! pending deletes are handled first, then the new object is reconciled. Deleted states
+//! live in memory only: a delete that happens while no replica runs, or whose `on_delete`
+//! has not succeeded when the process stops, is not seen again (hold a finalizer where
+//! that matters), and a replica that comes to lead runs the `on_delete`s of the deletes it
+//! saw while standing by, which the last leader may have run already: make `on_delete`
+//! idempotent.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use controller_runtime::prelude::*;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! /// A record kept outside the cluster for every ConfigMap.
+//! struct Registry;
+//!
+//! impl Registry {
+//!     async fn upsert(&self, key: &str) -> Result<(), std::io::Error> { Ok(()) }
+//!     async fn remove(&self, key: &str) -> Result<(), std::io::Error> { Ok(()) }
+//! }
+//!
+//! async fn reconcile(
+//!     cm: Arc<ConfigMap>,
+//!     registry: Arc<Registry>,
+//! ) -> Result<Action, ReconcileError> {
+//!     registry.upsert(&ObjectRef::from_obj(&*cm).key()).await?;
+//!     Ok(Action::done())
+//! }
+//!
+//! /// `cm` is gone from the cluster: this is its last state. An error is retried with backoff.
+//! async fn forget(cm: Arc<ConfigMap>, registry: Arc<Registry>) -> Result<(), ReconcileError> {
+//!     registry.remove(&ObjectRef::from_obj(&*cm).key()).await?;
+//!     Ok(())
+//! }
+//!
+//! # async fn run(manager: Manager) -> Result<(), Box<dyn std::error::Error>> {
+//! let registry = Arc::new(Registry);
+//! Controller::<ConfigMap>::new(&manager)
+//!     .on_delete(forget, registry.clone())
+//!     .complete(reconcile, registry)?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! **A requeue is a floor, not an appointment.** If an event for the object arrives while a
 //! `requeue_after` is pending, the object is reconciled at once and the pending requeue is
@@ -32,6 +96,33 @@
 //!
 //! One key is never reconciled by two workers at once; events that arrive during its
 //! reconcile queue it once more, to run after.
+//!
+//! # Deadlines and stopping
+//!
+//! A reconcile (and an `on_delete`) runs for at most its controller's
+//! [`reconcile_timeout`](Controller::reconcile_timeout) (default the manager's
+//! [`reconcile_timeout`](super::ManagerOptions::reconcile_timeout), none unless set). When
+//! the manager stops, workers take no new keys and the reconciles in flight are left to
+//! finish within the graceful shutdown timeout; a long one can end early by awaiting
+//! [`stopping`], which completes when the manager starts to stop (controller-runtime's
+//! cancelled `ctx`), and read its [`deadline`]:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use controller_runtime::prelude::*;
+//! use controller_runtime::runtime::controller::stopping;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! async fn reconcile(cm: Arc<ConfigMap>, _ctx: Arc<()>) -> Result<Action, ReconcileError> {
+//!     tokio::select! {
+//!         () = tokio::time::sleep(Duration::from_secs(60)) => Ok(Action::done()), // slow work
+//!         // Retried by the next leader, or after the restart.
+//!         () = stopping() => Err(ReconcileError::msg("the manager is stopping")),
+//!     }
+//! }
+//! ```
 //!
 //! # Priorities
 //!
@@ -49,6 +140,7 @@
 
 use std::any::Any;
 use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
@@ -60,8 +152,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use informer::{DeletedObject, EventHandler, Key};
+use parking_lot::Mutex;
 use tokio::sync::watch;
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 use workqueue::{
     AddOpts, QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter,
 };
@@ -240,6 +333,55 @@ impl fmt::Debug for ReconcileError {
     }
 }
 
+// === stopping and the deadline ===
+
+tokio::task_local! {
+    /// What a reconcile's future can ask of its surroundings: see [`stopping`].
+    static SCOPE: Scope;
+}
+
+/// The manager's stop signal and the reconcile's deadline.
+#[derive(Clone)]
+struct Scope {
+    stop: watch::Receiver<bool>,
+    deadline: Option<tokio::time::Instant>,
+}
+
+/// A future that completes when the manager starts to stop, for the reconcile (or
+/// `on_delete`) it is called from to end early, as a Go reconcile ends when its `ctx` is
+/// cancelled; otherwise the manager lets it finish, within the graceful shutdown timeout.
+/// See the [module docs](self#deadlines-and-stopping) for an example.
+///
+/// Call it in the reconcile's own task; the future it returns may then be moved into a
+/// task the reconcile spawns. Called outside a reconcile, there is no manager to ask and
+/// the future never completes.
+pub fn stopping() -> impl Future<Output = ()> + Send + 'static {
+    let stop = SCOPE.try_with(|scope| scope.stop.clone()).ok();
+    async move {
+        match stop {
+            Some(mut stop) => {
+                let _ = stop.wait_for(|stopping| *stopping).await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Whether the manager has started to stop, from within a reconcile (or `on_delete`);
+/// false outside one. See [`stopping`].
+pub fn is_stopping() -> bool {
+    SCOPE
+        .try_with(|scope| *scope.stop.borrow())
+        .unwrap_or(false)
+}
+
+/// When the reconcile (or `on_delete`) it is called from will be dropped: its start plus
+/// its controller's [`reconcile_timeout`](Controller::reconcile_timeout). `None` without a
+/// timeout, or outside a reconcile.
+pub fn deadline() -> Option<tokio::time::Instant> {
+    SCOPE.try_with(|scope| scope.deadline).ok().flatten()
+}
+
 // === ObjectRef ===
 
 /// The object a reconcile is for, as a `watches` mapping names it.
@@ -340,6 +482,9 @@ pub struct Controller<K> {
     read_your_writes: bool,
     /// The RBAC rules declared with [`rbac`](Self::rbac) and inferred from `owns`.
     rules: Vec<Rule>,
+    /// Set with [`reconcile_timeout`](Self::reconcile_timeout); zero is no limit.
+    reconcile_timeout: Option<Duration>,
+    on_delete: Option<OnDelete<K>>,
     _kind: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -358,6 +503,8 @@ impl<K: CachedKind> Controller<K> {
             priorities: true,
             read_your_writes: true,
             rules: Vec::new(),
+            reconcile_timeout: None,
+            on_delete: None,
             _kind: std::marker::PhantomData,
         }
     }
@@ -501,6 +648,34 @@ impl<K: CachedKind> Controller<K> {
         self
     }
 
+    /// The longest a reconcile (or an [`on_delete`](Self::on_delete)) may run: past it, its
+    /// future is dropped (never polled again), and the key is counted in
+    /// `controller_runtime_reconcile_timeouts_total`, logged, and retried with backoff as
+    /// an error (controller-runtime's `ReconciliationTimeout`). Default the manager's
+    /// [`reconcile_timeout`](super::ManagerOptions::reconcile_timeout); zero sets no limit.
+    /// A reconcile reads its own with [`deadline`].
+    pub fn reconcile_timeout(mut self, timeout: Duration) -> Self {
+        self.reconcile_timeout = Some(timeout);
+        self
+    }
+
+    /// Calls `on_delete` with the last state of each object of kind `K` that is deleted,
+    /// and `context`: for cleaning up outside the cluster without a finalizer. An error is
+    /// retried with backoff, with the same state. See the
+    /// [module docs](self#what-a-reconcile-returns-and-what-happens-next) for what happens
+    /// to deletes, with and without it, and for an example.
+    pub fn on_delete<C, F, Fut>(mut self, on_delete: F, context: Arc<C>) -> Self
+    where
+        C: Send + Sync + 'static,
+        F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), ReconcileError>> + Send + 'static,
+    {
+        self.on_delete = Some(Arc::new(move |obj| {
+            Box::pin(on_delete(obj, context.clone())) as BoxFuture<_>
+        }));
+        self
+    }
+
     /// Whether the queue gives live changes priority over the initial list and resyncs
     /// (default `true`; see [Priorities](self#priorities)). `false` queues every event at
     /// priority 0: the plain FIFO of client-go, which never reads the clock to age keys. An
@@ -511,20 +686,25 @@ impl<K: CachedKind> Controller<K> {
     }
 
     /// Registers the controller with the manager, which runs it once the caches have synced
-    /// (and, with leader election, while it leads). `reconcile` gets the object from the
-    /// cache and `context`. Its RBAC rules join the manager's
+    /// (and, with leader election, while it leads); completed after the manager started,
+    /// it starts at once, its workers waiting for its informers to sync. `reconcile` gets
+    /// the object from the cache and `context`. Its RBAC rules join the manager's
     /// [`rbac_rules`](Manager::rbac_rules).
     ///
     /// # Errors
     ///
-    /// [`ManagerError::DuplicateController`] if the name is taken, or
-    /// [`ManagerError::Cache`] if a watched kind is already cached as another Rust type.
+    /// [`ManagerError::EmptyControllerName`] if [`named`](Self::named) was given `""`,
+    /// [`ManagerError::DuplicateController`] if the name is taken (names are unique per
+    /// manager, where controller-runtime's are unique per process),
+    /// [`ManagerError::Stopped`] if the manager is stopping, or [`ManagerError::Cache`] if
+    /// a watched kind is already cached as another Rust type.
     pub fn complete<C, F, Fut>(self, reconcile: F, context: Arc<C>) -> Result<(), ManagerError>
     where
         C: Send + Sync + 'static,
         F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
     {
+        self.manager.accepting()?;
         let name = self
             .name
             .clone()
@@ -549,6 +729,23 @@ impl<K: CachedKind> Controller<K> {
             filters,
             priorities: self.priorities,
         };
+        let on_delete = match self.on_delete {
+            Some(on_delete) => {
+                let graves = Graves::default();
+                record_deletes::<K>(
+                    &self.manager,
+                    &target.queue,
+                    &target.filters,
+                    for_predicate.clone(),
+                    &graves,
+                )?;
+                Some((on_delete, graves))
+            }
+            None => None,
+        };
+        let timeout = (self.reconcile_timeout)
+            .or(self.manager.options().reconcile_timeout)
+            .filter(|t| !t.is_zero());
         wire::<K>(
             &self.manager,
             &target,
@@ -580,12 +777,23 @@ impl<K: CachedKind> Controller<K> {
             context,
             metrics,
             max_concurrent: self.max_concurrent,
+            timeout,
+            on_delete,
         };
+        let cache = self.manager.cache().clone();
         self.manager
-            .add_controller(workers.name.clone(), move |stop| {
-                Box::pin(workers.run(stop))
-            });
-        Ok(())
+            .add_controller(workers.name.clone(), move |mut stop| {
+                Box::pin(async move {
+                    // Completed after the start, the controller's informers have just
+                    // started; before it, they synced already.
+                    tokio::select! {
+                        synced = cache.wait_for_sync() => synced?,
+                        _ = stop.wait_for(|s| *s) => return Ok(()),
+                    }
+                    workers.run(stop).await;
+                    Ok(())
+                })
+            })
     }
 }
 
@@ -596,6 +804,8 @@ impl<K> fmt::Debug for Controller<K> {
             .field("name", &self.name)
             .field("watches", &self.wires.len())
             .field("max_concurrent_reconciles", &self.max_concurrent)
+            .field("reconcile_timeout", &self.reconcile_timeout)
+            .field("on_delete", &self.on_delete.is_some())
             .field("rbac", &self.rules)
             .finish_non_exhaustive()
     }
@@ -707,12 +917,86 @@ where
     }
 }
 
+/// Registers, on every informer of kind `K`, a handler that keeps the last state of each
+/// deleted object passing `filters` and `predicate` in `graves`, and queues its key.
+fn record_deletes<K: CachedKind>(
+    manager: &Manager,
+    queue: &Queue,
+    filters: &Arc<[Predicate]>,
+    predicate: Option<Predicate>,
+    graves: &Graves<K>,
+) -> Result<(), CacheError> {
+    let store = manager.store::<K>()?;
+    let handler = Arc::new(RecordDeletes {
+        queue: queue.clone(),
+        filters: filters.clone(),
+        predicate,
+        graves: graves.clone(),
+        keep: manager.cache().options().keep_typed,
+    });
+    for informer in store.informers() {
+        informer.add_event_handler(handler.clone())?;
+    }
+    Ok(())
+}
+
+/// The handler behind [`Controller::on_delete`]: keeps deleted objects' last states.
+struct RecordDeletes<K> {
+    queue: Queue,
+    filters: Arc<[Predicate]>,
+    predicate: Option<Predicate>,
+    graves: Graves<K>,
+    keep: bool,
+}
+
+impl<K: CachedKind> EventHandler<Raw<K>> for RecordDeletes<K> {
+    fn on_delete(&self, obj: &DeletedObject<Raw<K>>) {
+        let Some(last) = obj.object() else {
+            tracing::warn!(
+                object = %obj.key(),
+                "deleted while the watch was down, with no last state known: on_delete is not called for it"
+            );
+            return;
+        };
+        let event = Event::Delete(&**last);
+        if !predicate::all(&self.filters, &event)
+            || self.predicate.as_ref().is_some_and(|p| !p.matches(&event))
+        {
+            return;
+        }
+        match cache::typed(last, self.keep) {
+            Ok(typed) => {
+                let key = obj.key();
+                let mut graves = self.graves.lock();
+                graves.entry(key.clone()).or_default().push_back(typed);
+                self.queue.add(key);
+            }
+            Err(error) => tracing::error!(
+                %error,
+                "a deleted object does not decode: on_delete is not called for it"
+            ),
+        }
+    }
+}
+
 // === the workers ===
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 type Lookup<K> = Arc<dyn Fn(&str) -> BoxFuture<Result<Option<Arc<K>>, CacheError>> + Send + Sync>;
 type Reconcile<K, C> =
     Arc<dyn Fn(Arc<K>, Arc<C>) -> BoxFuture<Result<Action, ReconcileError>> + Send + Sync>;
+/// What runs for a deleted object, its context bound.
+type OnDelete<K> = Arc<dyn Fn(Arc<K>) -> BoxFuture<Result<(), ReconcileError>> + Send + Sync>;
+/// The last states of deleted objects whose `on_delete` has not succeeded yet, by key,
+/// oldest first.
+type Graves<K> = Arc<Mutex<HashMap<Key, VecDeque<Arc<K>>>>>;
+
+/// How a reconcile (or an `on_delete`) ended, when it did not return `Ok`.
+enum Failure {
+    Error(ReconcileError),
+    Panic(Box<dyn Any + Send>),
+    Timeout(Duration),
+}
 
 /// A controller's queue and its workers, ready to run.
 pub(crate) struct Workers<K, C> {
@@ -723,6 +1007,11 @@ pub(crate) struct Workers<K, C> {
     context: Arc<C>,
     metrics: ControllerMetrics,
     max_concurrent: usize,
+    /// The longest a reconcile may run.
+    timeout: Option<Duration>,
+    /// With [`Controller::on_delete`]: what runs for a deleted object, and the last states
+    /// waiting for it.
+    on_delete: Option<(OnDelete<K>, Graves<K>)>,
 }
 
 impl<K, C> Workers<K, C>
@@ -751,7 +1040,7 @@ where
                             },
                         };
                         let (key, priority) = key;
-                        this.process(&key, priority).await;
+                        this.process(&key, priority, &stop).await;
                         this.queue.done(&key);
                     }
                 }
@@ -763,9 +1052,16 @@ where
         tracing::info!(controller = %this.name, "all workers finished");
     }
 
-    /// Reconciles `key`, handed out at `priority`, once and queues it again as the outcome
-    /// asks.
-    async fn process(&self, key: &Key, priority: i32) {
+    /// Reconciles `key`, handed out at `priority`, once (or, for a deleted object, runs
+    /// `on_delete` once) and queues it again as the outcome asks.
+    async fn process(&self, key: &Key, priority: i32, stop: &watch::Receiver<bool>) {
+        if let Some((on_delete, graves)) = &self.on_delete {
+            let last = graves.lock().get(key).and_then(|g| g.front().cloned());
+            if let Some(last) = last {
+                let work = on_delete(last);
+                return self.delete(key, priority, stop, work, graves).await;
+            }
+        }
         let object = match (self.lookup)(key).await {
             Ok(Some(object)) => object,
             Ok(None) => {
@@ -784,33 +1080,17 @@ where
                 return;
             }
         };
-        let (namespace, name) = informer::split_key(key).unwrap_or(("", key));
-        // The object's name is `object`: JSON logs write a span's own name as `name`, and a
-        // second `name` key would hide one of the two.
-        let span = tracing::info_span!(
-            "reconcile",
-            controller = %self.name,
-            namespace,
-            object = name,
-            reconcile_id = %reconcile_id(),
-        );
-        span.in_scope(|| tracing::debug!("reconciling"));
-        let started = Instant::now();
-        self.metrics.worker_started();
-        let outcome = CatchUnwind((self.reconcile)(object, self.context.clone()))
-            .instrument(span.clone())
-            .await;
-        self.metrics.worker_stopped();
-        let elapsed = started.elapsed();
+        let span = self.span(key);
+        let work = (self.reconcile)(object, self.context.clone());
+        let (outcome, elapsed) = self.attempt(&span, stop, work).await;
         let _entered = span.enter();
         // A requeue keeps the priority unless the action sets one.
         let requeue_at = match &outcome {
-            Ok(Ok(action)) => action.priority.unwrap_or(priority),
-            _ => priority,
+            Ok(action) => action.priority.unwrap_or(priority),
+            Err(_) => priority,
         };
-        let retry = AddOpts::new().priority(requeue_at).rate_limited();
         let result = match outcome {
-            Ok(Ok(action)) => match action.next {
+            Ok(action) => match action.next {
                 Next::Done => {
                     self.queue.forget(key);
                     ReconcileResult::Success
@@ -822,32 +1102,144 @@ where
                     ReconcileResult::RequeueAfter
                 }
                 Next::Requeue => {
+                    let retry = AddOpts::new().priority(requeue_at).rate_limited();
                     self.queue.add_with(key.clone(), retry);
                     ReconcileResult::Requeue
                 }
             },
-            Ok(Err(error)) => {
-                self.metrics.error();
-                if error.is_terminal() {
-                    self.metrics.terminal_error();
-                    tracing::error!(%error, "reconcile failed; not retrying");
-                } else {
-                    tracing::error!(%error, "reconcile failed; retrying with backoff");
-                    self.queue.add_with(key.clone(), retry);
-                }
-                ReconcileResult::Error
+            Err(failure) => self.failed(key, failure, requeue_at),
+        };
+        self.finish(result, elapsed);
+    }
+
+    /// Runs `on_delete` for the oldest deleted state of `key`; once it is done with (it
+    /// succeeded, or failed terminally), queues the key again if another deleted state or
+    /// the object itself is there.
+    async fn delete(
+        &self,
+        key: &Key,
+        priority: i32,
+        stop: &watch::Receiver<bool>,
+        work: BoxFuture<Result<(), ReconcileError>>,
+        graves: &Graves<K>,
+    ) {
+        let span = self.span(key);
+        span.in_scope(|| tracing::debug!("object is gone; calling on_delete with its last state"));
+        let (outcome, elapsed) = self.attempt(&span, stop, work).await;
+        let _entered = span.enter();
+        let settled = match &outcome {
+            Ok(()) => true,
+            Err(Failure::Error(error)) => error.is_terminal(),
+            Err(_) => false,
+        };
+        let result = match outcome {
+            Ok(()) => {
+                self.queue.forget(key);
+                ReconcileResult::Success
             }
-            Err(panic) => {
+            Err(failure) => self.failed(key, failure, priority),
+        };
+        if settled {
+            let more = {
+                let mut graves = graves.lock();
+                let rest = graves.get_mut(key).map(|g| {
+                    g.pop_front();
+                    g.len()
+                });
+                if rest == Some(0) {
+                    graves.remove(key);
+                }
+                rest.unwrap_or(0) > 0
+            };
+            if more || matches!((self.lookup)(key).await, Ok(Some(_))) {
+                self.queue.add(key.clone());
+            }
+        }
+        self.finish(result, elapsed);
+    }
+
+    /// The span every line of one reconcile of `key` is logged in.
+    fn span(&self, key: &Key) -> Span {
+        let (namespace, name) = informer::split_key(key).unwrap_or(("", key));
+        // The object's name is `object`: JSON logs write a span's own name as `name`, and a
+        // second `name` key would hide one of the two.
+        tracing::info_span!(
+            "reconcile",
+            controller = %self.name,
+            namespace,
+            object = name,
+            reconcile_id = %reconcile_id(),
+        )
+    }
+
+    /// Runs `work` (a reconcile or an `on_delete`) in `span`, within the timeout, with a
+    /// panic caught and [`stopping`] and [`deadline`] answering inside.
+    async fn attempt<T>(
+        &self,
+        span: &Span,
+        stop: &watch::Receiver<bool>,
+        work: BoxFuture<Result<T, ReconcileError>>,
+    ) -> (Result<T, Failure>, Duration) {
+        span.in_scope(|| tracing::debug!("reconciling"));
+        let started = Instant::now();
+        let deadline = self.timeout.map(|t| (tokio::time::Instant::now() + t, t));
+        let scope = Scope {
+            stop: stop.clone(),
+            deadline: deadline.map(|(at, _)| at),
+        };
+        let work = CatchUnwind(Box::pin(SCOPE.scope(scope, work))).instrument(span.clone());
+        let work = async {
+            match work.await {
+                Ok(Ok(out)) => Ok(out),
+                Ok(Err(error)) => Err(Failure::Error(error)),
+                Err(panic) => Err(Failure::Panic(panic)),
+            }
+        };
+        self.metrics.worker_started();
+        let outcome = match deadline {
+            Some((at, timeout)) => tokio::time::timeout_at(at, work)
+                .await
+                .unwrap_or(Err(Failure::Timeout(timeout))),
+            None => work.await,
+        };
+        self.metrics.worker_stopped();
+        (outcome, started.elapsed())
+    }
+
+    /// Counts and logs a failed attempt, and queues the key again at `priority` with backoff
+    /// unless the error is terminal.
+    fn failed(&self, key: &Key, failure: Failure, priority: i32) -> ReconcileResult {
+        self.metrics.error();
+        match failure {
+            Failure::Error(error) if error.is_terminal() => {
+                self.metrics.terminal_error();
+                tracing::error!(%error, "reconcile failed; not retrying");
+                return ReconcileResult::Error;
+            }
+            Failure::Error(error) => {
+                tracing::error!(%error, "reconcile failed; retrying with backoff");
+            }
+            Failure::Panic(panic) => {
                 self.metrics.panicked();
-                self.metrics.error();
                 tracing::error!(
                     panic = %panic_message(&*panic),
                     "reconcile panicked [recovered]; retrying with backoff"
                 );
-                self.queue.add_with(key.clone(), retry);
-                ReconcileResult::Error
             }
-        };
+            Failure::Timeout(timeout) => {
+                self.metrics.timed_out();
+                tracing::error!(
+                    ?timeout,
+                    "reconcile timed out and was dropped; retrying with backoff"
+                );
+            }
+        }
+        let retry = AddOpts::new().priority(priority).rate_limited();
+        self.queue.add_with(key.clone(), retry);
+        ReconcileResult::Error
+    }
+
+    fn finish(&self, result: ReconcileResult, elapsed: Duration) {
         tracing::debug!(
             result = result.as_label(),
             elapsed_ms = elapsed.as_millis() as u64,

@@ -19,14 +19,32 @@
 //! `reconciled` at debug: every line a reconcile writes says which object, and under which
 //! leader, so two leaders' work can be told apart afterwards.
 //!
+//! # Registering after the start
+//!
+//! Controllers [`complete`](super::Controller::complete)d, runnables
+//! [`add`](Manager::add)ed and webhook servers added while the manager runs start at once,
+//! as controller-runtime's do: a webhook server at once, a runnable that does not need
+//! leadership once the caches have synced, a controller or a leader-only runnable at once
+//! if this replica leads, else when it comes to lead. The informers a late controller asks
+//! for start at once, and its workers wait for them to sync (within the cache's
+//! `sync_timeout`; a cache that cannot sync stops the manager with the error, naming the
+//! kind). Once the manager is stopping, anything added fails with [`ManagerError::Stopped`].
+//!
 //! # Stopping
 //!
 //! On SIGINT or SIGTERM ([`Manager::start`]) or when the future given to
-//! [`Manager::run_until`] completes: controllers stop taking keys, reconciles in flight
-//! finish (within the graceful shutdown timeout, 30 s by default), the lease is released if
-//! configured, then the cache and the servers stop. A second signal exits the process at
-//! once. Losing the lease returns [`ManagerError::LeaderElectionLost`] without waiting: another
-//! replica leads now, and nothing of this one may keep writing.
+//! [`Manager::run_until`] completes: controllers stop taking keys,
+//! [`stopping`](super::controller::stopping) completes in every reconcile in flight, and
+//! those reconciles finish (within the graceful shutdown timeout, 30 s by default; past it
+//! they are dropped, [`run_until`](Manager::run_until) returns
+//! [`ManagerError::ShutdownTimeout`], and [`start`](Manager::start) logs it and exits the
+//! process). The lease is released if configured, then the cache and the servers stop. A
+//! timeout of zero does not wait at all, as in controller-runtime: the runnables are told to
+//! stop and finish on their own, and the manager returns at once without an error. A second
+//! signal exits the process at once. Losing the lease returns
+//! [`ManagerError::LeaderElectionLost`] without waiting: another replica leads now, and
+//! nothing of this one may keep writing. A runnable that fails (a late controller whose
+//! cache does not sync) stops the manager gracefully with its error.
 
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
@@ -38,7 +56,8 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 use tracing::{Instrument, Span};
 
 use super::auth::Authorizer;
@@ -96,6 +115,13 @@ pub enum ManagerError {
     /// The manager was started twice.
     #[error("the manager has already been started")]
     AlreadyStarted,
+    /// Something was added to a manager that is stopping or has stopped.
+    #[error("the manager is stopping or has stopped; nothing more can be added to it")]
+    Stopped,
+    /// A controller was given an empty name (controller-runtime: "must specify Name for
+    /// Controller").
+    #[error("a controller needs a name: `named` was given an empty one")]
+    EmptyControllerName,
     /// The manager was built with [`Manager::offline`], which only collects what its
     /// controllers need, and cannot run.
     #[error("the manager was built offline, to generate manifests; it cannot be started")]
@@ -119,7 +145,15 @@ pub struct ManagerOptions {
     /// What the cache holds.
     pub cache: CacheOptions,
     /// How long stopping waits for runnables (reconciles in flight) to finish. Default 30 s.
+    /// Zero does not wait: the runnables are told to stop and finish on their own, and
+    /// stopping returns at once without an error (controller-runtime's zero).
     pub graceful_shutdown_timeout: Duration,
+    /// The longest a reconcile may run, for every controller that sets none of its own
+    /// ([`Controller::reconcile_timeout`](super::Controller::reconcile_timeout)); past it,
+    /// the reconcile is dropped, counted in `controller_runtime_reconcile_timeouts_total`
+    /// and retried with backoff. `None` (the default, as controller-runtime's
+    /// `ReconciliationTimeout`): no limit.
+    pub reconcile_timeout: Option<Duration>,
     /// The client's options (rate limit, timeouts). Default [`ClientOptions::default`]: 20
     /// QPS with bursts of 30 (controller-runtime v0.24's `GetConfig` sets no client-side
     /// limit; set `client.rate_limit` to `None` for the same).
@@ -135,18 +169,48 @@ impl Default for ManagerOptions {
             leader_election: None,
             cache: CacheOptions::default(),
             graceful_shutdown_timeout: Duration::from_secs(30),
+            reconcile_timeout: None,
             client: ClientOptions::default(),
         }
     }
 }
 
-type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
-/// A runnable: given a stop signal (true once stopping), runs until it has stopped.
+pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Result<(), ManagerError>> + Send>>;
+/// A runnable: given a stop signal (true once stopping), runs until it has stopped. An
+/// error stops the manager.
 type RunFn = Box<dyn FnOnce(watch::Receiver<bool>) -> BoxFuture + Send>;
 
 struct Runnable {
     name: String,
     run: RunFn,
+}
+
+/// Something to run: before the start it waits in [`Phase::Setup`]; after, the running
+/// manager starts it at once (or when it can: see [`Run::accept`]).
+enum Registration {
+    /// A runnable or a controller's workers.
+    Runnable {
+        runnable: Runnable,
+        needs_leader: bool,
+    },
+    /// An admission webhook server (boxed: it is much larger than a runnable).
+    Webhooks(Box<WebhookServer>),
+}
+
+/// Where the manager is in its life, as registrations see it.
+enum Phase {
+    /// Not started: registrations wait here, in order.
+    Setup(Vec<Registration>),
+    /// Running: registrations go to the run loop, which starts them.
+    Running(mpsc::UnboundedSender<Registration>),
+    /// Stopping or stopped: nothing more is accepted.
+    Stopped,
+}
+
+impl Default for Phase {
+    fn default() -> Self {
+        Phase::Setup(Vec::new())
+    }
 }
 
 /// Owns the client, the shared cache, the metrics and every controller; see the
@@ -181,9 +245,12 @@ struct Shared {
 struct Bound {
     metrics: Option<SocketAddr>,
     probes: Option<SocketAddr>,
+    /// The first webhook server's address.
     webhooks: Option<SocketAddr>,
-    /// Set once both have bound (or were not configured).
+    /// Set once the servers given before the start have bound (or were not configured).
     done: bool,
+    /// Webhook servers added after the start and not bound yet.
+    binding: usize,
 }
 
 #[derive(Default)]
@@ -191,13 +258,8 @@ struct State {
     /// Built by [`Manager::offline`]: never started.
     offline: bool,
     controller_names: HashSet<String>,
-    /// Run while leading (or always, without leader election).
-    leader_runnables: Vec<Runnable>,
-    /// Run from the start, leader or not.
-    runnables: Vec<Runnable>,
-    /// The admission webhook server, served from the start, leader or not.
-    webhooks: Option<WebhookServer>,
-    started: bool,
+    /// What is registered to run, and whether the manager has started.
+    phase: Phase,
     /// The RBAC rules of everything registered so far, declared and inferred.
     rbac: BTreeSet<Rule>,
 }
@@ -290,17 +352,7 @@ impl Manager {
     /// points at `http://offline.invalid`, and [`start`](Self::start) fails with
     /// [`ManagerError::Offline`].
     pub fn offline(options: ManagerOptions) -> Manager {
-        let config = Config {
-            cluster_url: http::Uri::from_static("http://offline.invalid"),
-            default_namespace: "default".to_owned(),
-            root_certs: Vec::new(),
-            accept_invalid_certs: false,
-            tls_server_name: None,
-            identity: None,
-            auth: crate::config::Auth::None,
-            source: "offline (no cluster)".to_owned(),
-        };
-        let manager = Manager::with_config(config, options)
+        let manager = Manager::with_config(offline_config(), options)
             .expect("a plain-HTTP configuration without credentials always makes a client");
         manager.shared.state.lock().offline = true;
         manager
@@ -396,22 +448,68 @@ impl Manager {
 
     /// Adds a runnable: `run` is given a stop signal (it turns true when the manager stops)
     /// and must return soon after. With `needs_leader`, it runs only while this replica
-    /// leads, like controllers; otherwise from the start.
-    pub fn add<F, Fut>(&self, name: &str, needs_leader: bool, run: F)
+    /// leads, like controllers; otherwise once the caches have synced. Added after the
+    /// start, it starts at once (a leader-only one when this replica leads).
+    ///
+    /// # Errors
+    ///
+    /// [`ManagerError::Stopped`] if the manager is stopping or has stopped.
+    pub fn add<F, Fut>(&self, name: &str, needs_leader: bool, run: F) -> Result<(), ManagerError>
     where
         F: FnOnce(watch::Receiver<bool>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let runnable = Runnable {
             name: name.to_owned(),
-            run: Box::new(move |stop| Box::pin(run(stop))),
+            run: Box::new(move |stop| {
+                let run = run(stop);
+                Box::pin(async move {
+                    run.await;
+                    Ok(())
+                })
+            }),
         };
+        self.register(Registration::Runnable {
+            runnable,
+            needs_leader,
+        })
+    }
+
+    /// Hands `registration` to the manager: kept for the start, or sent to the running
+    /// manager, or refused once it stops.
+    fn register(&self, registration: Registration) -> Result<(), ManagerError> {
         let mut state = self.shared.state.lock();
-        if needs_leader {
-            state.leader_runnables.push(runnable);
-        } else {
-            state.runnables.push(runnable);
+        match &mut state.phase {
+            Phase::Setup(pending) => pending.push(registration),
+            Phase::Running(late) => {
+                let webhooks = matches!(registration, Registration::Webhooks(_));
+                if webhooks {
+                    // `webhook_addr` waits until it is bound.
+                    self.shared.bound.send_modify(|b| b.binding += 1);
+                }
+                if late.send(registration).is_err() {
+                    if webhooks {
+                        self.shared.bound.send_modify(|b| b.binding -= 1);
+                    }
+                    return Err(ManagerError::Stopped);
+                }
+            }
+            Phase::Stopped => return Err(ManagerError::Stopped),
         }
+        Ok(())
+    }
+
+    /// Fails with [`ManagerError::Stopped`] once the manager is stopping.
+    pub(crate) fn accepting(&self) -> Result<(), ManagerError> {
+        match self.shared.state.lock().phase {
+            Phase::Stopped => Err(ManagerError::Stopped),
+            _ => Ok(()),
+        }
+    }
+
+    /// The options the manager was built with.
+    pub fn options(&self) -> &ManagerOptions {
+        &self.shared.options
     }
 
     /// The address `/metrics` is served on, once the manager has bound it (useful with port
@@ -435,10 +533,16 @@ impl Manager {
     }
 
     /// Serves `server`'s admission webhooks (over TLS, from its certificate directory) from
-    /// the start, whether or not this replica leads, as controller-runtime does. One server
-    /// per manager; a second replaces the first.
-    pub fn add_webhook_server(&self, server: WebhookServer) {
-        self.shared.state.lock().webhooks = Some(server);
+    /// the start, whether or not this replica leads, as controller-runtime does. Every
+    /// server added is served; [`webhook_addr`](Self::webhook_addr) answers the first's
+    /// address. Added after the start, it is bound and served at once (a bind that fails
+    /// stops the manager with [`ManagerError::Webhook`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ManagerError::Stopped`] if the manager is stopping or has stopped.
+    pub fn add_webhook_server(&self, server: WebhookServer) -> Result<(), ManagerError> {
+        self.register(Registration::Webhooks(Box::new(server)))
     }
 
     /// The address the probes are served on, once bound; see
@@ -453,7 +557,10 @@ impl Manager {
 
     async fn bound(&self) -> Bound {
         let mut bound = self.shared.bound.subscribe();
-        let ready = bound.wait_for(|b| b.done).await.map(|b| *b);
+        let ready = bound
+            .wait_for(|b| b.done && b.binding == 0)
+            .await
+            .map(|b| *b);
         ready.unwrap_or_default()
     }
 
@@ -463,6 +570,9 @@ impl Manager {
     }
 
     pub(crate) fn claim_controller_name(&self, name: &str) -> Result<(), ManagerError> {
+        if name.is_empty() {
+            return Err(ManagerError::EmptyControllerName);
+        }
         let mut state = self.shared.state.lock();
         if !state.controller_names.insert(name.to_owned()) {
             return Err(ManagerError::DuplicateController(name.to_owned()));
@@ -474,23 +584,33 @@ impl Manager {
         &self,
         name: String,
         run: impl FnOnce(watch::Receiver<bool>) -> BoxFuture + Send + 'static,
-    ) {
-        self.shared.state.lock().leader_runnables.push(Runnable {
-            name,
-            run: Box::new(run),
-        });
+    ) -> Result<(), ManagerError> {
+        self.register(Registration::Runnable {
+            runnable: Runnable {
+                name,
+                run: Box::new(run),
+            },
+            needs_leader: true,
+        })
     }
 
-    /// Runs everything until SIGINT or SIGTERM, then stops gracefully; a second signal exits
-    /// the process at once with status 1.
+    /// Runs everything until SIGINT or SIGTERM, then stops gracefully. A second signal exits
+    /// the process at once with status 1; so does a graceful stop that outlasts the
+    /// graceful shutdown timeout, with the error logged (a reconcile stuck outside an
+    /// `.await` would otherwise keep the process alive).
     ///
     /// # Errors
     ///
-    /// As [`run_until`](Self::run_until), and [`ManagerError::Signal`] if the signal
-    /// handlers cannot be installed.
+    /// As [`run_until`](Self::run_until) (but for [`ManagerError::ShutdownTimeout`], which
+    /// exits), and [`ManagerError::Signal`] if the signal handlers cannot be installed.
     pub async fn start(&self) -> Result<(), ManagerError> {
         let signals = Signals::new().map_err(ManagerError::Signal)?;
-        self.run_until(signals.first()).await
+        let result = self.run_until(signals.first()).await;
+        if let Err(error @ ManagerError::ShutdownTimeout(_)) = &result {
+            tracing::error!(%error, "exiting with runnables still running");
+            std::process::exit(1);
+        }
+        result
     }
 
     /// Runs everything until `shutdown` completes, then stops gracefully; see the
@@ -500,28 +620,26 @@ impl Manager {
     ///
     /// [`ManagerError::Bind`] if a server cannot bind, [`ManagerError::Cache`] if a cache
     /// does not sync in time, [`ManagerError::LeaderElectionLost`] when the lease is lost,
-    /// [`ManagerError::ShutdownTimeout`] if reconciles outlast the grace period.
+    /// [`ManagerError::ShutdownTimeout`] if reconciles outlast the grace period (a nonzero
+    /// one), or the error of a runnable that failed.
     pub async fn run_until(
         &self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ManagerError> {
-        let (runnables, leader_runnables, webhooks) = {
+        let (late_tx, mut late) = mpsc::unbounded_channel();
+        let pending = {
             let mut state = self.shared.state.lock();
             if state.offline {
                 return Err(ManagerError::Offline);
             }
-            if std::mem::replace(&mut state.started, true) {
-                return Err(ManagerError::AlreadyStarted);
+            match std::mem::replace(&mut state.phase, Phase::Running(late_tx)) {
+                Phase::Setup(pending) => pending,
+                other => {
+                    state.phase = other;
+                    return Err(ManagerError::AlreadyStarted);
+                }
             }
-            (
-                std::mem::take(&mut state.runnables),
-                std::mem::take(&mut state.leader_runnables),
-                state.webhooks.take(),
-            )
         };
-        let options = &self.shared.options;
-        let (stop_all, stopping_all) = watch::channel(false);
-        let (stop_runnables, stopping_runnables) = watch::channel(false);
         let shutdown = {
             let (tx, rx) = watch::channel(false);
             tokio::spawn(async move {
@@ -530,210 +648,42 @@ impl Manager {
             });
             rx
         };
-        let mut servers = tokio::task::JoinSet::new();
-
-        // 1. The servers.
-        if let Some(addr) = options.metrics_bind_address {
-            let tls = match &options.metrics_secure {
-                Some(secure) => Some(MetricsTls::load(secure).await.map_err(|e| {
-                    self.shared.bound.send_modify(|b| b.done = true);
-                    ManagerError::Metrics(e)
-                })?),
-                None => None,
-            };
-            let listener = self.bind("metrics", addr).await?;
-            let addr = listener.local_addr().unwrap_or(addr);
-            self.shared.bound.send_modify(|b| b.metrics = Some(addr));
-            tracing::info!(%addr, secure = tls.is_some(), "serving metrics");
-            let metrics = self.shared.metrics.clone();
-            let stop = stopped(&stopping_all);
-            match (tls, &options.metrics_secure) {
-                (Some(tls), Some(secure)) => {
-                    let authorizer = secure.authorize.then(|| Authorizer::new(self.client()));
-                    servers.spawn(server::serve_metrics_secure(
-                        listener, metrics, tls, authorizer, stop,
-                    ));
-                }
-                _ => {
-                    servers.spawn(server::serve_metrics(listener, metrics, stop));
-                }
-            }
-        }
-        if let Some(addr) = options.health_probe_bind_address {
-            let listener = self.bind("health probe", addr).await?;
-            let addr = listener.local_addr().unwrap_or(addr);
-            self.shared.bound.send_modify(|b| b.probes = Some(addr));
-            tracing::info!(%addr, "serving health probes");
-            servers.spawn(server::serve_probes(
-                listener,
-                self.shared.healthz.clone(),
-                self.shared.readyz.clone(),
-                stopped(&stopping_all),
-            ));
-        }
-
-        if let Some(webhooks) = webhooks {
-            let bound = webhooks.bind().await.map_err(|e| {
-                self.shared.bound.send_modify(|b| b.done = true);
-                ManagerError::Webhook(e)
-            })?;
-            let addr = bound.local_addr();
-            self.shared.bound.send_modify(|b| b.webhooks = Some(addr));
-            tracing::info!(%addr, "serving admission webhooks");
-            let stop = stopped(&stopping_all);
-            servers.spawn(async move {
-                bound.serve(stop).await;
-                Ok(())
-            });
-        }
+        let mut run = Run {
+            manager: self.clone(),
+            servers: JoinSet::new(),
+            running: JoinSet::new(),
+            stop_runnables: watch::Sender::new(false),
+            stop_all: watch::Sender::new(false),
+            election: JoinSet::new(),
+            stop_election: watch::Sender::new(false),
+            stage: Stage::Syncing,
+            unsynced: Vec::new(),
+            unled: Vec::new(),
+        };
+        let started = run.serve(pending).await;
         self.shared.bound.send_modify(|b| b.done = true);
-
-        let result = self
-            .run_phases(
-                shutdown,
-                runnables,
-                leader_runnables,
-                &stop_runnables,
-                stopping_runnables,
-                &stopping_all,
-            )
-            .await;
-
-        // The cache and the servers stop last.
-        let _ = stop_all.send(true);
-        while servers.join_next().await.is_some() {}
-        result
+        let end = match started {
+            Ok(()) => run.run(shutdown, &mut late).await,
+            Err(e) => End::Stop(Err(e)),
+        };
+        // From here on nothing more is accepted; what was sent just before is not started.
+        self.shared.state.lock().phase = Phase::Stopped;
+        late.close();
+        while let Ok(registration) = late.try_recv() {
+            run.refuse(registration);
+        }
+        run.stop(end).await
     }
 
-    /// Steps 2 to 4, and stopping the runnables.
-    async fn run_phases(
-        &self,
-        mut shutdown: watch::Receiver<bool>,
-        runnables: Vec<Runnable>,
-        leader_runnables: Vec<Runnable>,
-        stop_runnables: &watch::Sender<bool>,
-        stopping_runnables: watch::Receiver<bool>,
-        stopping_all: &watch::Receiver<bool>,
-    ) -> Result<(), ManagerError> {
-        let options = &self.shared.options;
-        let mut running = tokio::task::JoinSet::new();
-        let spawn = |running: &mut tokio::task::JoinSet<String>, r: Runnable, span: Span| {
-            let stop = stopping_runnables.clone();
-            running.spawn(
-                async move {
-                    (r.run)(stop).await;
-                    r.name
-                }
-                .instrument(span),
-            );
-        };
-
-        // 2. The cache.
-        let cache = &self.shared.cache;
-        cache.start(stopped(stopping_all));
-        tokio::select! {
-            synced = cache.wait_for_sync() => synced?,
-            () = signalled(&mut shutdown) => return Ok(()),
-        }
-        tracing::info!("caches synced");
-
-        // 3. Runnables that do not need leadership.
-        for r in runnables {
-            spawn(&mut running, r, Span::none());
-        }
-
-        // 4. Leader election, then the controllers.
-        let elector = match &options.leader_election {
-            Some(config) => {
-                let elector = LeaderElector::new(self.client(), config.clone())
-                    .map_err(ManagerError::LeaderElection)?
-                    .with_status(self.shared.metrics.leader_status(&config.lease_name));
-                Some(Arc::new(elector))
-            }
-            None => None,
-        };
-        let mut election = tokio::task::JoinSet::new();
-        // The elector stops (releasing the lease, if configured) only after every
-        // controller has stopped.
-        let (stop_election, stopping_election) = watch::channel(false);
-        if let Some(elector) = &elector {
-            let mut leading = elector.leading();
-            let (running_elector, mut stop) = (elector.clone(), stopping_election.clone());
-            election.spawn(async move {
-                running_elector
-                    .run(async move {
-                        let _ = stop.wait_for(|s| *s).await;
-                    })
-                    .await
-            });
-            tracing::info!(
-                identity = elector.identity(),
-                "waiting to become the leader"
-            );
-            tokio::select! {
-                () = signalled(&mut leading) => {}
-                outcome = election.join_next() => {
-                    return match outcome {
-                        Some(Ok(Err(e))) => Err(ManagerError::LeaderElection(e)),
-                        _ => Ok(()),
-                    };
-                }
-                () = signalled(&mut shutdown) => {
-                    let _ = stop_runnables.send(true);
-                    let drained = self.drain(running).await;
-                    let _ = stop_election.send(true);
-                    while election.join_next().await.is_some() {}
-                    return drained;
-                }
-            }
-            tracing::info!(identity = elector.identity(), "became the leader");
-        }
-        // While leading, everything the controllers log (each reconcile's span among it)
-        // carries this leader's identity and term: an audit can tell two leaders apart.
-        let leading = match &elector {
-            Some(elector) => tracing::info_span!(
-                "leading",
-                identity = elector.identity(),
-                term = elector.term()
-            ),
-            None => Span::none(),
-        };
-        for r in leader_runnables {
-            spawn(&mut running, r, leading.clone());
-        }
-
-        // Run until shutdown or a lost lease.
-        tokio::select! {
-            () = signalled(&mut shutdown) => {}
-            Some(outcome) = election.join_next() => {
-                if let Ok(Err(e)) = outcome {
-                    // Another replica may lead already: stop at once, without the grace period.
-                    let _ = stop_runnables.send(true);
-                    running.abort_all();
-                    return Err(ManagerError::LeaderElectionLost(e));
-                }
-            }
-        }
-        tracing::info!("stopping: waiting for reconciles in flight to finish");
-        let _ = stop_runnables.send(true);
-        let drained = self.drain(running).await;
-        self.flush_events().await;
-        let _ = stop_election.send(true);
-        while election.join_next().await.is_some() {}
-        drained
-    }
-
-    /// Binds a server's listener; a failure also ends the wait of
-    /// [`metrics_addr`](Self::metrics_addr).
+    /// Binds a server's listener.
     async fn bind(
         &self,
         what: &'static str,
         addr: SocketAddr,
     ) -> Result<TcpListener, ManagerError> {
-        TcpListener::bind(addr).await.map_err(|source| {
-            self.shared.bound.send_modify(|b| b.done = true);
-            ManagerError::Bind { what, addr, source }
-        })
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| ManagerError::Bind { what, addr, source })
     }
 
     /// Writes the series counts the recorders still hold, giving up after a few seconds.
@@ -753,36 +703,367 @@ impl Manager {
             }
         }
     }
+}
 
-    /// Waits for `running` to finish, within the graceful shutdown timeout.
-    async fn drain(&self, mut running: tokio::task::JoinSet<String>) -> Result<(), ManagerError> {
-        let timeout = self.shared.options.graceful_shutdown_timeout;
+// === the run ===
+
+/// A running manager's moving parts, from [`Manager::run_until`] until it returns.
+struct Run {
+    manager: Manager,
+    /// The HTTP servers (metrics, probes, webhooks): they stop last.
+    servers: JoinSet<()>,
+    /// The runnables and controllers running now, by name.
+    running: JoinSet<(String, Result<(), ManagerError>)>,
+    /// Turns true when the runnables are to stop.
+    stop_runnables: watch::Sender<bool>,
+    /// Turns true when the cache and the servers are to stop.
+    stop_all: watch::Sender<bool>,
+    /// The leader elector's task, when configured.
+    election: JoinSet<Result<(), super::leader_election::Error>>,
+    /// Turns true when the elector is to stop (and release the lease, if configured): once
+    /// every controller has stopped.
+    stop_election: watch::Sender<bool>,
+    stage: Stage,
+    /// Runnables waiting for the caches to sync.
+    unsynced: Vec<Runnable>,
+    /// Runnables waiting for this replica to lead.
+    unled: Vec<Runnable>,
+}
+
+/// How far the start has come; each stage starts what waited for it.
+enum Stage {
+    /// The caches are syncing: every runnable waits.
+    Syncing,
+    /// Synced, and waiting to lead: what needs leadership waits.
+    Electing,
+    /// Leading (or no leader election): everything starts at once, what needs leadership
+    /// inside this span.
+    Leading(Span),
+}
+
+/// How the run loop ended.
+enum End {
+    /// Stop gracefully, then return this.
+    Stop(Result<(), ManagerError>),
+    /// The lease was lost: stop at once, without the grace period.
+    LeaseLost(super::leader_election::Error),
+}
+
+impl Run {
+    /// Step 1: the servers, then what was registered before the start (webhook servers are
+    /// served now; runnables wait for their stage).
+    async fn serve(&mut self, pending: Vec<Registration>) -> Result<(), ManagerError> {
+        let shared = self.manager.shared.clone();
+        let options = &shared.options;
+        if let Some(addr) = options.metrics_bind_address {
+            let tls = match &options.metrics_secure {
+                Some(secure) => Some(
+                    MetricsTls::load(secure)
+                        .await
+                        .map_err(ManagerError::Metrics)?,
+                ),
+                None => None,
+            };
+            let listener = self.manager.bind("metrics", addr).await?;
+            let addr = listener.local_addr().unwrap_or(addr);
+            shared.bound.send_modify(|b| b.metrics = Some(addr));
+            tracing::info!(%addr, secure = tls.is_some(), "serving metrics");
+            let metrics = shared.metrics.clone();
+            let stop = self.stopped_all();
+            match (tls, &options.metrics_secure) {
+                (Some(tls), Some(secure)) => {
+                    let authorizer = secure
+                        .authorize
+                        .then(|| Authorizer::new(self.manager.client()));
+                    let serve =
+                        server::serve_metrics_secure(listener, metrics, tls, authorizer, stop);
+                    self.servers.spawn(ignore(serve));
+                }
+                _ => {
+                    self.servers
+                        .spawn(ignore(server::serve_metrics(listener, metrics, stop)));
+                }
+            }
+        }
+        if let Some(addr) = options.health_probe_bind_address {
+            let listener = self.manager.bind("health probe", addr).await?;
+            let addr = listener.local_addr().unwrap_or(addr);
+            shared.bound.send_modify(|b| b.probes = Some(addr));
+            tracing::info!(%addr, "serving health probes");
+            self.servers.spawn(ignore(server::serve_probes(
+                listener,
+                shared.healthz.clone(),
+                shared.readyz.clone(),
+                self.stopped_all(),
+            )));
+        }
+        for registration in pending {
+            self.accept(registration, false).await?;
+        }
+        Ok(())
+    }
+
+    /// Steps 2 to 4, and whatever is registered meanwhile, until shutdown, a lost lease or
+    /// a failure.
+    async fn run(
+        &mut self,
+        mut shutdown: watch::Receiver<bool>,
+        late: &mut mpsc::UnboundedReceiver<Registration>,
+    ) -> End {
+        let shared = self.manager.shared.clone();
+        // 2. The cache.
+        let cache = &shared.cache;
+        cache.start(self.stopped_all());
+        let synced = cache.wait_for_sync();
+        tokio::pin!(synced);
+        let elector = match &shared.options.leader_election {
+            Some(config) => match LeaderElector::new(self.manager.client(), config.clone()) {
+                Ok(elector) => Some(Arc::new(
+                    elector.with_status(shared.metrics.leader_status(&config.lease_name)),
+                )),
+                Err(e) => return End::Stop(Err(ManagerError::LeaderElection(e))),
+            },
+            None => None,
+        };
+        let mut leading = match &elector {
+            Some(elector) => elector.leading(),
+            None => watch::channel(true).1,
+        };
+        loop {
+            let electing = matches!(self.stage, Stage::Electing);
+            tokio::select! {
+                () = signalled(&mut shutdown) => return End::Stop(Ok(())),
+                outcome = &mut synced, if matches!(self.stage, Stage::Syncing) => {
+                    if let Err(e) = outcome {
+                        return End::Stop(Err(e.into()));
+                    }
+                    tracing::info!("caches synced");
+                    // 3. Runnables that do not need leadership.
+                    self.stage = Stage::Electing;
+                    for runnable in std::mem::take(&mut self.unsynced) {
+                        self.spawn(runnable, Span::none());
+                    }
+                    // 4. Leader election, when configured.
+                    if let Some(elector) = &elector {
+                        let running = elector.clone();
+                        let mut stop = self.stop_election.subscribe();
+                        self.election.spawn(async move {
+                            running.run(async move { signalled(&mut stop).await }).await
+                        });
+                        let identity = elector.identity();
+                        tracing::info!(identity, "waiting to become the leader");
+                    }
+                }
+                () = signalled(&mut leading), if electing => {
+                    // While leading, everything the controllers log (each reconcile's span
+                    // among it) carries this leader's identity and term.
+                    let span = match &elector {
+                        Some(elector) => {
+                            let (identity, term) = (elector.identity(), elector.term());
+                            tracing::info!(identity, "became the leader");
+                            tracing::info_span!("leading", identity, term)
+                        }
+                        None => Span::none(),
+                    };
+                    for runnable in std::mem::take(&mut self.unled) {
+                        self.spawn(runnable, span.clone());
+                    }
+                    self.stage = Stage::Leading(span);
+                }
+                Some(outcome) = self.election.join_next() => match outcome {
+                    Ok(Err(e)) if matches!(self.stage, Stage::Leading(_)) => {
+                        return End::LeaseLost(e);
+                    }
+                    Ok(Err(e)) => return End::Stop(Err(ManagerError::LeaderElection(e))),
+                    _ => {}
+                },
+                Some(registration) = late.recv() => {
+                    if let Err(e) = self.accept(registration, true).await {
+                        return End::Stop(Err(e));
+                    }
+                }
+                Some(done) = self.running.join_next() => match done {
+                    Ok((name, Ok(()))) => tracing::debug!(runnable = %name, "returned"),
+                    Ok((name, Err(error))) => {
+                        tracing::error!(runnable = %name, %error, "failed; stopping the manager");
+                        return End::Stop(Err(error));
+                    }
+                    Err(e) => tracing::error!(error = %e, "a runnable panicked"),
+                },
+            }
+        }
+    }
+
+    /// Starts `registration` now if its stage has come, or keeps it for its stage.
+    async fn accept(&mut self, registration: Registration, late: bool) -> Result<(), ManagerError> {
+        match registration {
+            Registration::Webhooks(webhooks) => {
+                let bound = webhooks.bind().await;
+                let shared = &self.manager.shared;
+                let bound = bound.map_err(ManagerError::Webhook);
+                let addr = bound.as_ref().ok().map(|b| b.local_addr());
+                shared.bound.send_modify(|b| {
+                    b.webhooks = b.webhooks.or(addr);
+                    b.binding -= usize::from(late);
+                });
+                let bound = bound?;
+                tracing::info!(addr = %bound.local_addr(), "serving admission webhooks");
+                let stop = self.stopped_all();
+                self.servers.spawn(async move { bound.serve(stop).await });
+            }
+            Registration::Runnable {
+                runnable,
+                needs_leader,
+            } => match (&self.stage, needs_leader) {
+                (Stage::Leading(span), _) => {
+                    let span = if needs_leader {
+                        span.clone()
+                    } else {
+                        Span::none()
+                    };
+                    self.spawn(runnable, span);
+                }
+                (Stage::Electing, false) => self.spawn(runnable, Span::none()),
+                (Stage::Syncing, false) => self.unsynced.push(runnable),
+                (_, true) => self.unled.push(runnable),
+            },
+        }
+        Ok(())
+    }
+
+    /// Logs a registration that came as the manager began to stop: it is not started.
+    fn refuse(&mut self, registration: Registration) {
+        match registration {
+            Registration::Webhooks(_) => {
+                self.manager.shared.bound.send_modify(|b| b.binding -= 1);
+                tracing::warn!("the manager is stopping: a webhook server added now is not served");
+            }
+            Registration::Runnable { runnable, .. } => tracing::warn!(
+                runnable = %runnable.name,
+                "the manager is stopping: a runnable added now is not started"
+            ),
+        }
+    }
+
+    fn spawn(&mut self, runnable: Runnable, span: Span) {
+        let stop = self.stop_runnables.subscribe();
+        self.running.spawn(
+            async move {
+                let result = (runnable.run)(stop).await;
+                (runnable.name, result)
+            }
+            .instrument(span),
+        );
+    }
+
+    /// A future that completes when the cache and the servers are to stop.
+    fn stopped_all(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut stopping = self.stop_all.subscribe();
+        async move { signalled(&mut stopping).await }
+    }
+
+    /// Stops everything: the runnables (within the grace period, or at once when the lease
+    /// is lost), the lease, then the cache and the servers.
+    async fn stop(mut self, end: End) -> Result<(), ManagerError> {
+        let result = match end {
+            End::LeaseLost(e) => {
+                // Another replica may lead already: stop at once, without the grace period.
+                let _ = self.stop_runnables.send(true);
+                self.running.abort_all();
+                Err(ManagerError::LeaderElectionLost(e))
+            }
+            End::Stop(result) => {
+                if !self.running.is_empty() {
+                    tracing::info!("stopping: waiting for reconciles in flight to finish");
+                }
+                let _ = self.stop_runnables.send(true);
+                let drained = self.drain().await;
+                if !self
+                    .manager
+                    .shared
+                    .options
+                    .graceful_shutdown_timeout
+                    .is_zero()
+                {
+                    self.manager.flush_events().await;
+                }
+                // The lease is released (if configured) once the controllers have stopped.
+                let _ = self.stop_election.send(true);
+                while self.election.join_next().await.is_some() {}
+                result.and(drained)
+            }
+        };
+        let _ = self.stop_all.send(true);
+        if self
+            .manager
+            .shared
+            .options
+            .graceful_shutdown_timeout
+            .is_zero()
+        {
+            self.servers.detach_all();
+        }
+        while self.servers.join_next().await.is_some() {}
+        result
+    }
+
+    /// Waits for the runnables to finish, within the graceful shutdown timeout: past it,
+    /// they are dropped. A zero timeout waits for nothing: they finish on their own.
+    async fn drain(&mut self) -> Result<(), ManagerError> {
+        let timeout = self.manager.shared.options.graceful_shutdown_timeout;
+        if timeout.is_zero() {
+            if !self.running.is_empty() {
+                tracing::info!("graceful shutdown timeout is zero: not waiting for runnables");
+            }
+            self.running.detach_all();
+            return Ok(());
+        }
         let all = async {
-            while let Some(done) = running.join_next().await {
-                if let Ok(name) = done {
-                    tracing::debug!(runnable = %name, "stopped");
+            while let Some(done) = self.running.join_next().await {
+                match done {
+                    Ok((name, Ok(()))) => tracing::debug!(runnable = %name, "stopped"),
+                    Ok((name, Err(error))) => tracing::error!(runnable = %name, %error, "failed"),
+                    Err(error) => tracing::error!(%error, "a runnable panicked"),
                 }
             }
         };
         match tokio::time::timeout(timeout, all).await {
             Ok(()) => Ok(()),
             Err(_) => {
-                running.abort_all();
+                tracing::error!(
+                    still_running = self.running.len(),
+                    "graceful shutdown timed out after {timeout:?}: dropping what still runs"
+                );
+                self.running.abort_all();
                 Err(ManagerError::ShutdownTimeout(timeout))
             }
         }
     }
 }
 
+/// A server's future, its `Ok(())` dropped: the servers log their own failures, per
+/// connection, and return only once stopped.
+async fn ignore<E>(serve: impl Future<Output = Result<(), E>>) {
+    let _ = serve.await;
+}
+
+/// A configuration that reaches no cluster: plain HTTP to a name that does not resolve.
+fn offline_config() -> Config {
+    Config {
+        cluster_url: http::Uri::from_static("http://offline.invalid"),
+        default_namespace: "default".to_owned(),
+        root_certs: Vec::new(),
+        accept_invalid_certs: false,
+        tls_server_name: None,
+        identity: None,
+        auth: crate::config::Auth::None,
+        source: "offline (no cluster)".to_owned(),
+    }
+}
+
 /// Completes when `flag` turns true (or its sender is gone); holds no borrow of the value.
 async fn signalled(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|f| *f).await;
-}
-
-/// A future that completes when `stopping` turns true (or its sender is gone).
-fn stopped(stopping: &watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'static {
-    let mut stopping = stopping.clone();
-    async move { signalled(&mut stopping).await }
 }
 
 /// SIGINT and SIGTERM: the first starts a graceful stop, the second exits at once.
@@ -815,5 +1096,267 @@ impl Signals {
 
     async fn first(self) {
         let _ = self.first.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The manager's life on a cache with nothing to list: registering after the start and
+    //! after the stop, the graceful shutdown timeout (zero and past), failing runnables and
+    //! controller names.
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use tokio::sync::{Semaphore, oneshot};
+
+    use super::*;
+    use crate::runtime::{Action, Controller, ReconcileError};
+
+    /// A manager that caches nothing, so it never reaches a cluster.
+    fn manager(graceful_shutdown_timeout: Duration) -> Manager {
+        let options = ManagerOptions {
+            graceful_shutdown_timeout,
+            ..ManagerOptions::default()
+        };
+        Manager::with_config(offline_config(), options).unwrap()
+    }
+
+    /// Runs `manager` until the returned sender sends.
+    fn run(
+        manager: &Manager,
+    ) -> (
+        oneshot::Sender<()>,
+        tokio::task::JoinHandle<Result<(), ManagerError>>,
+    ) {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let manager = manager.clone();
+        let task = tokio::spawn(async move {
+            manager
+                .run_until(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        (stop, task)
+    }
+
+    async fn reconcile(_: Arc<ConfigMap>, _: Arc<()>) -> Result<Action, ReconcileError> {
+        Ok(Action::done())
+    }
+
+    /// Counts a drop.
+    struct OnDrop(Arc<AtomicUsize>);
+
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn runnables_added_after_the_start_run_at_once_and_stop_with_the_manager() {
+        let manager = manager(Duration::from_secs(30));
+        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        let early = tx.clone();
+        manager
+            .add("early", false, move |_| async move {
+                early.send("early".to_owned()).unwrap();
+            })
+            .unwrap();
+        let (stop, task) = run(&manager);
+        assert_eq!(rx.recv().await.as_deref(), Some("early"));
+        for (name, needs_leader) in [("late", false), ("late-leader", true)] {
+            let tx = tx.clone();
+            manager
+                .add(name, needs_leader, move |mut stop| async move {
+                    tx.send(name.to_owned()).unwrap();
+                    let _ = stop.wait_for(|s| *s).await;
+                    tx.send(format!("{name} stopped")).unwrap();
+                })
+                .unwrap();
+            assert_eq!(rx.recv().await.as_deref(), Some(name));
+        }
+        stop.send(()).unwrap();
+        task.await.unwrap().unwrap();
+        let mut stopped = vec![rx.recv().await.unwrap(), rx.recv().await.unwrap()];
+        stopped.sort();
+        assert_eq!(stopped, ["late stopped", "late-leader stopped"]);
+    }
+
+    #[tokio::test]
+    async fn a_webhook_server_added_after_the_start_is_bound_at_once() {
+        let dir = std::env::temp_dir().join(format!("late-webhooks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let pem = |label: &str, der: &[u8]| {
+            use base64::Engine as _;
+            let text = base64::engine::general_purpose::STANDARD.encode(der);
+            let lines: Vec<&str> = text
+                .as_bytes()
+                .chunks(64)
+                .map(|l| std::str::from_utf8(l).unwrap())
+                .collect();
+            format!(
+                "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+                lines.join("\n")
+            )
+        };
+        std::fs::write(dir.join("tls.crt"), pem("CERTIFICATE", cert.der())).unwrap();
+        let key_pem = pem("PRIVATE KEY", &key.serialize_der());
+        std::fs::write(dir.join("tls.key"), key_pem).unwrap();
+        let manager = manager(Duration::from_secs(30));
+        let (stop, task) = run(&manager);
+        assert_eq!(
+            manager.webhook_addr().await,
+            None,
+            "started without webhooks"
+        );
+        let options = crate::runtime::webhook::WebhookOptions {
+            bind_address: "127.0.0.1:0".parse().unwrap(),
+            cert_dir: dir.clone(),
+            ..Default::default()
+        };
+        manager
+            .add_webhook_server(WebhookServer::new(options))
+            .unwrap();
+        let addr = manager
+            .webhook_addr()
+            .await
+            .expect("the late server is bound");
+        tokio::net::TcpStream::connect(addr).await.unwrap();
+        stop.send(()).unwrap();
+        task.await.unwrap().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn adding_to_a_stopped_manager_fails_clearly() {
+        let manager = manager(Duration::from_secs(30));
+        let (stop, task) = run(&manager);
+        stop.send(()).unwrap();
+        task.await.unwrap().unwrap();
+        let added = manager.add("late", false, |_| async {});
+        assert!(matches!(added, Err(ManagerError::Stopped)), "{added:?}");
+        let completed = Controller::<ConfigMap>::new(&manager).complete(reconcile, Arc::new(()));
+        let error = completed.unwrap_err();
+        assert!(matches!(error, ManagerError::Stopped), "{error:?}");
+        assert_eq!(
+            error.to_string(),
+            "the manager is stopping or has stopped; nothing more can be added to it"
+        );
+        let again = manager.run_until(async {}).await;
+        assert!(
+            matches!(again, Err(ManagerError::AlreadyStarted)),
+            "{again:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_zero_grace_period_returns_at_once_and_lets_runnables_finish_on_their_own() {
+        let manager = manager(Duration::ZERO);
+        let gate = Arc::new(Semaphore::new(0));
+        let (began, has_begun) = oneshot::channel();
+        let (finished, has_finished) = oneshot::channel();
+        let held = gate.clone();
+        manager
+            .add("slow", true, move |mut stop| async move {
+                began.send(()).unwrap();
+                let _ = stop.wait_for(|s| *s).await;
+                held.acquire().await.unwrap().forget();
+                finished.send(()).unwrap();
+            })
+            .unwrap();
+        let (stop, task) = run(&manager);
+        has_begun.await.unwrap();
+        stop.send(()).unwrap();
+        // The runnable still waits for the gate: the manager did not wait for it.
+        task.await.unwrap().unwrap();
+        gate.add_permits(1);
+        has_finished
+            .await
+            .expect("the runnable finished on its own");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_a_nonzero_grace_period_runnables_are_dropped_and_the_timeout_returned() {
+        let manager = manager(Duration::from_secs(5));
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let (began, has_begun) = oneshot::channel();
+        let guard = OnDrop(dropped.clone());
+        manager
+            .add("stuck", false, move |_| async move {
+                let _guard = guard;
+                began.send(()).unwrap();
+                std::future::pending::<()>().await;
+            })
+            .unwrap();
+        let (stop, task) = run(&manager);
+        has_begun.await.unwrap();
+        stop.send(()).unwrap();
+        let result = task.await.unwrap();
+        assert!(
+            matches!(result, Err(ManagerError::ShutdownTimeout(t)) if t == Duration::from_secs(5)),
+            "{result:?}"
+        );
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            1,
+            "the stuck runnable was dropped"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failing_runnable_stops_the_manager_with_its_error_after_stopping_the_rest() {
+        let manager = manager(Duration::from_secs(30));
+        let (stopped, has_stopped) = oneshot::channel();
+        manager
+            .add("other", false, move |mut stop| async move {
+                let _ = stop.wait_for(|s| *s).await;
+                stopped.send(()).unwrap();
+            })
+            .unwrap();
+        let (stop, task) = run(&manager);
+        manager
+            .add_controller("bad".to_owned(), |_| {
+                Box::pin(async { Err(ManagerError::EmptyControllerName) })
+            })
+            .unwrap();
+        let result = task.await.unwrap();
+        assert!(
+            matches!(result, Err(ManagerError::EmptyControllerName)),
+            "{result:?}"
+        );
+        has_stopped
+            .await
+            .expect("the other runnable was stopped gracefully");
+        drop(stop);
+    }
+
+    #[tokio::test]
+    async fn controller_names_must_be_given_and_unique() {
+        let manager = manager(Duration::from_secs(30));
+        let empty = Controller::<ConfigMap>::new(&manager)
+            .named("")
+            .complete(reconcile, Arc::new(()));
+        let error = empty.unwrap_err();
+        assert!(
+            matches!(error, ManagerError::EmptyControllerName),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "a controller needs a name: `named` was given an empty one"
+        );
+        Controller::<ConfigMap>::new(&manager)
+            .complete(reconcile, Arc::new(()))
+            .unwrap();
+        let twice = Controller::<ConfigMap>::new(&manager).complete(reconcile, Arc::new(()));
+        assert!(
+            matches!(&twice, Err(ManagerError::DuplicateController(name)) if name == "configmap"),
+            "{twice:?}"
+        );
     }
 }

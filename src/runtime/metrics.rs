@@ -9,6 +9,7 @@
 //! | `controller_runtime_reconcile_errors_total` | counter | `controller` | [`ControllerMetrics::error`] |
 //! | `controller_runtime_terminal_reconcile_errors_total` | counter | `controller` | [`ControllerMetrics::terminal_error`] |
 //! | `controller_runtime_reconcile_panics_total` | counter | `controller` | [`ControllerMetrics::panicked`] |
+//! | `controller_runtime_reconcile_timeouts_total` | counter | `controller` | [`ControllerMetrics::timed_out`] |
 //! | `controller_runtime_reconcile_time_seconds` | histogram | `controller` | [`ControllerMetrics::reconciled`] |
 //! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` | [`Metrics::controller`] |
 //! | `controller_runtime_active_workers` | gauge | `controller` | [`ControllerMetrics::worker_started`] / [`worker_stopped`](ControllerMetrics::worker_stopped) |
@@ -157,6 +158,7 @@ struct Inner {
     reconcile_errors: Family<ControllerLabels, Counter>,
     terminal_errors: Family<ControllerLabels, Counter>,
     reconcile_panics: Family<ControllerLabels, Counter>,
+    reconcile_timeouts: Family<ControllerLabels, Counter>,
     reconcile_time: HistogramFamily<ControllerLabels>,
     max_concurrent: Family<ControllerLabels, Gauge>,
     active_workers: Family<ControllerLabels, Gauge>,
@@ -221,6 +223,12 @@ impl Metrics {
             "controller_runtime_reconcile_panics",
             "Total number of reconciliation panics per controller",
             reconcile_panics.clone(),
+        );
+        let reconcile_timeouts = Family::default();
+        registry.register(
+            "controller_runtime_reconcile_timeouts",
+            "Total number of reconciliation timeouts per controller",
+            reconcile_timeouts.clone(),
         );
         let reconcile_time: HistogramFamily<_> =
             Family::new_with_constructor(reconcile_histogram as fn() -> Histogram);
@@ -322,6 +330,7 @@ impl Metrics {
                 reconcile_errors,
                 terminal_errors,
                 reconcile_panics,
+                reconcile_timeouts,
                 reconcile_time,
                 max_concurrent,
                 active_workers,
@@ -362,6 +371,7 @@ impl Metrics {
                 errors: inner.reconcile_errors.get_or_create_owned(&labels),
                 terminal_errors: inner.terminal_errors.get_or_create_owned(&labels),
                 panics: inner.reconcile_panics.get_or_create_owned(&labels),
+                timeouts: inner.reconcile_timeouts.get_or_create_owned(&labels),
                 time: inner.reconcile_time.get_or_create_owned(&labels),
                 active_workers: inner.active_workers.get_or_create_owned(&labels),
             }),
@@ -481,6 +491,7 @@ struct ControllerSeries {
     errors: Counter,
     terminal_errors: Counter,
     panics: Counter,
+    timeouts: Counter,
     time: Histogram,
     active_workers: Gauge,
 }
@@ -519,6 +530,12 @@ impl ControllerMetrics {
     /// Counts `controller_runtime_reconcile_panics_total`.
     pub fn panicked(&self) {
         self.inner.panics.inc();
+    }
+
+    /// Counts `controller_runtime_reconcile_timeouts_total`: a reconcile ran past its
+    /// controller's timeout and was dropped.
+    pub fn timed_out(&self) {
+        self.inner.timeouts.inc();
     }
 
     /// A worker started a reconcile: `controller_runtime_active_workers` + 1.
@@ -1076,6 +1093,7 @@ mod tests {
             "controller_runtime_reconcile_errors_total",
             "controller_runtime_terminal_reconcile_errors_total",
             "controller_runtime_reconcile_panics_total",
+            "controller_runtime_reconcile_timeouts_total",
             "controller_runtime_active_workers",
             "controller_runtime_reconcile_time_seconds_count",
         ] {
@@ -1103,6 +1121,7 @@ mod tests {
         c.error();
         c.terminal_error();
         c.panicked();
+        c.timed_out();
         c.worker_started();
         c.worker_started();
         c.worker_stopped();
@@ -1126,6 +1145,10 @@ mod tests {
             Some(1.0)
         );
         assert_eq!(one("controller_runtime_reconcile_panics_total"), Some(1.0));
+        assert_eq!(
+            one("controller_runtime_reconcile_timeouts_total"),
+            Some(1.0)
+        );
         assert_eq!(one("controller_runtime_active_workers"), Some(1.0));
         assert_eq!(
             one("controller_runtime_reconcile_time_seconds_count"),

@@ -79,7 +79,7 @@ async fn main() -> ExitCode {
             if flags.enable_webhooks {
                 let prefixes = flags.allowed_image_prefixes.clone();
                 let webhooks = webhook::server(flags.manager.webhook_options(), prefixes);
-                manager.add_webhook_server(webhooks);
+                manager.add_webhook_server(webhooks)?;
             }
             Ok(())
         })

@@ -81,10 +81,12 @@ async fn the_api_server_defaults_and_validates_memcacheds_through_our_webhooks()
         cert_dir: certs.path().to_owned(),
         ..WebhookOptions::default()
     };
-    manager.add_webhook_server(memcached_operator::webhook::server(
-        webhooks,
-        vec!["registry.example.com/".to_owned()],
-    ));
+    manager
+        .add_webhook_server(memcached_operator::webhook::server(
+            webhooks,
+            vec!["registry.example.com/".to_owned()],
+        ))
+        .unwrap();
     let (stop, running) = support::run_manager(&manager);
     let addr = manager
         .webhook_addr()

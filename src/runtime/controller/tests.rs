@@ -1,7 +1,8 @@
-//! The workers' outcomes on paused time: what each return does to the queue, panics, one key
-//! at a time, and stopping.
+//! The workers' outcomes on paused time: what each return does to the queue, panics,
+//! timeouts, one key at a time, stopping, deleted objects' `on_delete`, and the handler that
+//! keeps their last states.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -27,6 +28,8 @@ struct Script {
     answers: Mutex<HashMap<String, Vec<Answer>>>,
     /// When set, each reconcile takes a permit from it before returning.
     gate: Option<Arc<Semaphore>>,
+    /// How many reconciles were dropped before they returned.
+    dropped: AtomicUsize,
 }
 
 enum Answer {
@@ -34,6 +37,17 @@ enum Answer {
     Err,
     Terminal,
     Panic,
+    /// Never return: wait until dropped.
+    Hang,
+}
+
+/// Counts a drop.
+struct OnDrop<'a>(&'a AtomicUsize);
+
+impl Drop for OnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 impl Script {
@@ -43,6 +57,11 @@ impl Script {
 
     fn count(&self, key: &str) -> usize {
         self.times(key).len()
+    }
+
+    /// The keys in the order their reconciles started.
+    fn order(&self) -> Vec<String> {
+        self.started.lock().iter().map(|(k, _)| k.clone()).collect()
     }
 
     fn times(&self, key: &str) -> Vec<tokio::time::Instant> {
@@ -62,6 +81,15 @@ async fn reconcile(obj: Arc<String>, script: Arc<Script>) -> Result<Action, Reco
         .lock()
         .push((key.clone(), tokio::time::Instant::now()));
     script.progress.send_modify(|n| *n += 1);
+    let answer = {
+        let mut answers = script.answers.lock();
+        let list = answers.entry(key.clone()).or_default();
+        (!list.is_empty()).then(|| list.remove(0))
+    };
+    if let Some(Answer::Hang) = answer {
+        let _dropped = OnDrop(&script.dropped);
+        std::future::pending::<()>().await;
+    }
     let now = script.running.fetch_add(1, Ordering::SeqCst) + 1;
     script.peak.fetch_max(now, Ordering::SeqCst);
     {
@@ -76,13 +104,8 @@ async fn reconcile(obj: Arc<String>, script: Arc<Script>) -> Result<Action, Reco
     *script.per_key.lock().get_mut(&key).unwrap() -= 1;
     script.running.fetch_sub(1, Ordering::SeqCst);
     script.progress.send_modify(|n| *n += 1);
-    let answer = {
-        let mut answers = script.answers.lock();
-        let list = answers.entry(key).or_default();
-        (!list.is_empty()).then(|| list.remove(0))
-    };
     match answer {
-        None => Ok(Action::done()),
+        None | Some(Answer::Hang) => Ok(Action::done()),
         Some(Answer::Ok(action)) => Ok(action),
         Some(Answer::Err) => Err(ReconcileError::msg("boom")),
         Some(Answer::Terminal) => Err(ReconcileError::terminal("cannot")),
@@ -92,9 +115,18 @@ async fn reconcile(obj: Arc<String>, script: Arc<Script>) -> Result<Action, Reco
 
 /// Workers over objects that are their own keys (every key exists), on a fresh registry.
 fn workers(script: &Arc<Script>, max_concurrent: usize) -> (Workers<String, Script>, Metrics) {
-    let metrics = Metrics::new();
     let reconcile: Reconcile<String, Script> =
         Arc::new(|obj, ctx| Box::pin(reconcile(obj, ctx)) as BoxFuture<_>);
+    workers_of(script.clone(), reconcile, max_concurrent)
+}
+
+/// Workers reconciling with `reconcile` and `context`, every key existing.
+fn workers_of<C>(
+    context: Arc<C>,
+    reconcile: Reconcile<String, C>,
+    max_concurrent: usize,
+) -> (Workers<String, C>, Metrics) {
+    let metrics = Metrics::new();
     let workers = Workers {
         name: "test".to_owned(),
         queue: RateLimitingQueue::new(default_controller_rate_limiter()),
@@ -103,11 +135,40 @@ fn workers(script: &Arc<Script>, max_concurrent: usize) -> (Workers<String, Scri
             Box::pin(std::future::ready(found)) as BoxFuture<_>
         }),
         reconcile,
-        context: script.clone(),
+        context,
         metrics: metrics.controller("test", max_concurrent),
         max_concurrent,
+        timeout: None,
+        on_delete: None,
     };
     (workers, metrics)
+}
+
+/// Script workers with `on_delete` (the script's reconcile, on the state's own name), whose
+/// objects exist only when in `existing`, and the deleted states waiting for `on_delete`.
+fn deleting_workers(
+    script: &Arc<Script>,
+    existing: &[&str],
+    graves: &[(&str, &[&str])],
+) -> (Workers<String, Script>, Graves<String>, Metrics) {
+    let (mut workers, metrics) = workers(script, 1);
+    let existing: HashSet<String> = existing.iter().map(|k| k.to_string()).collect();
+    workers.lookup = Arc::new(move |key: &str| {
+        let found = existing.contains(key).then(|| Arc::new(key.to_owned()));
+        Box::pin(std::future::ready(Ok(found)))
+    });
+    let kept: Graves<String> = Graves::default();
+    for (key, states) in graves {
+        let states = states.iter().map(|s| Arc::new(s.to_string())).collect();
+        kept.lock().insert((*key).into(), states);
+    }
+    let script = script.clone();
+    let on_delete: OnDelete<String> = Arc::new(move |last| {
+        let script = script.clone();
+        Box::pin(async move { reconcile(last, script).await.map(|_| ()) })
+    });
+    workers.on_delete = Some((on_delete, kept.clone()));
+    (workers, kept, metrics)
 }
 
 fn metric(metrics: &Metrics, series: &str) -> f64 {
@@ -329,6 +390,178 @@ fn object_refs_make_queue_keys() {
     assert_eq!(Action::requeue_after(Duration::ZERO), Action::done());
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_reconcile_past_its_timeout_is_dropped_counted_and_retried_with_backoff() {
+    let script = Arc::new(Script::default());
+    script.answer("ns/a", vec![Answer::Hang]);
+    let (mut workers, metrics) = workers(&script, 1);
+    workers.timeout = Some(Duration::from_secs(10));
+    workers.queue.add("ns/a".into());
+    run_until(workers, &script, || script.count("ns/a") == 2).await;
+    let times = script.times("ns/a");
+    assert!(times[1] - times[0] >= Duration::from_secs(10));
+    assert_eq!(
+        script.dropped.load(Ordering::SeqCst),
+        1,
+        "the hung reconcile was dropped"
+    );
+    let one = |name: &str| metric(&metrics, &format!(r#"{name}{{controller="test"}}"#));
+    assert_eq!(one("controller_runtime_reconcile_timeouts_total"), 1.0);
+    assert_eq!(one("controller_runtime_reconcile_errors_total"), 1.0);
+    assert_eq!(one("controller_runtime_active_workers"), 0.0);
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"controller_runtime_reconcile_total{controller="test",result="error"}"#
+        ),
+        1.0
+    );
+}
+
+/// What a reconcile that waits for the manager to stop saw.
+#[derive(Default)]
+struct Waiter {
+    /// When it started, and the deadline it read.
+    started: Mutex<Option<(tokio::time::Instant, Option<tokio::time::Instant>)>>,
+    begun: watch::Sender<bool>,
+    /// `is_stopping()` before and after `stopping()` completed.
+    seen: Mutex<Option<(bool, bool)>>,
+}
+
+async fn wait_for_stop(_obj: Arc<String>, ctx: Arc<Waiter>) -> Result<Action, ReconcileError> {
+    *ctx.started.lock() = Some((tokio::time::Instant::now(), deadline()));
+    let before = is_stopping();
+    ctx.begun.send_replace(true);
+    stopping().await;
+    *ctx.seen.lock() = Some((before, is_stopping()));
+    Ok(Action::done())
+}
+
+#[tokio::test(start_paused = true)]
+async fn stopping_completes_inside_a_reconcile_when_the_manager_stops_and_deadline_tells_its_end() {
+    let ctx = Arc::new(Waiter::default());
+    let reconcile: Reconcile<String, Waiter> =
+        Arc::new(|obj, ctx| Box::pin(wait_for_stop(obj, ctx)) as BoxFuture<_>);
+    let (mut workers, _) = workers_of(ctx.clone(), reconcile, 1);
+    workers.timeout = Some(Duration::from_secs(600));
+    workers.queue.add("ns/a".into());
+    let (stop, stopping_rx) = watch::channel(false);
+    let run = tokio::spawn(workers.run(stopping_rx));
+    ctx.begun.subscribe().wait_for(|b| *b).await.unwrap();
+    assert!(ctx.seen.lock().is_none(), "waits while the manager runs");
+    stop.send(true).unwrap();
+    run.await.unwrap();
+    assert_eq!(*ctx.seen.lock(), Some((false, true)));
+    let (started, deadline) = ctx.started.lock().unwrap();
+    assert_eq!(deadline, Some(started + Duration::from_secs(600)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn outside_a_reconcile_stopping_never_completes_and_there_is_no_deadline() {
+    assert!(!is_stopping());
+    assert_eq!(deadline(), None);
+    let waited = tokio::time::timeout(Duration::from_secs(3600), stopping()).await;
+    assert!(waited.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_object_gets_on_delete_with_its_last_state_and_its_errors_are_retried() {
+    let script = Arc::new(Script::default());
+    script.answer("ns/a#2", vec![Answer::Err]);
+    let (workers, graves, metrics) = deleting_workers(&script, &[], &[("ns/a", &["ns/a#2"])]);
+    workers.queue.add("ns/a".into());
+    run_until(workers, &script, || script.count("ns/a#2") == 2).await;
+    assert_eq!(
+        script.order(),
+        ["ns/a#2", "ns/a#2"],
+        "the object itself is not reconciled"
+    );
+    assert!(
+        graves.lock().is_empty(),
+        "the state is dropped once on_delete succeeded"
+    );
+    let one = |name: &str| metric(&metrics, &format!(r#"{name}{{controller="test"}}"#));
+    assert_eq!(one("controller_runtime_reconcile_errors_total"), 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn pending_deletes_run_oldest_first_then_an_object_that_came_back_is_reconciled() {
+    let script = Arc::new(Script::default());
+    let graves: &[(&str, &[&str])] = &[("ns/a", &["ns/a#1", "ns/a#2"])];
+    let (workers, kept, _) = deleting_workers(&script, &["ns/a"], graves);
+    workers.queue.add("ns/a".into());
+    run_until(workers, &script, || script.count("ns/a") == 1).await;
+    assert_eq!(script.order(), ["ns/a#1", "ns/a#2", "ns/a"]);
+    assert!(kept.lock().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_terminal_on_delete_error_drops_the_state_and_a_gone_object_without_one_is_skipped() {
+    let script = Arc::new(Script::default());
+    script.answer("ns/a#1", vec![Answer::Terminal]);
+    let graves: &[(&str, &[&str])] = &[("ns/a", &["ns/a#1"])];
+    let (workers, graves, metrics) = deleting_workers(&script, &["ns/marker"], graves);
+    let queue = workers.queue.clone();
+    queue.add("ns/a".into());
+    queue.add("ns/gone".into());
+    queue.add_after("ns/marker".into(), Duration::from_secs(3600));
+    run_until(workers, &script, || script.count("ns/marker") == 1).await;
+    // An hour later, ns/a#1 ran once, and ns/gone (no object, no deleted state) never.
+    assert_eq!(script.order(), ["ns/a#1", "ns/marker"]);
+    assert!(graves.lock().is_empty());
+    let one = |name: &str| metric(&metrics, &format!(r#"{name}{{controller="test"}}"#));
+    assert_eq!(
+        one("controller_runtime_terminal_reconcile_errors_total"),
+        1.0
+    );
+}
+
+fn configmap_raw(name: &str, data: &str) -> Arc<Raw<ConfigMap>> {
+    let json =
+        format!(r#"{{"metadata":{{"name":"{name}","namespace":"ns"}},"data":{{"v":"{data}"}}}}"#);
+    Arc::new(Raw::from_json(&json).unwrap())
+}
+
+#[tokio::test]
+async fn the_delete_handler_keeps_last_states_tombstones_included_as_predicates_allow() {
+    let queue: Queue = RateLimitingQueue::new(default_controller_rate_limiter());
+    let graves: Graves<ConfigMap> = Graves::default();
+    let not_b = Predicate::new(|e| !matches!(e, Event::Delete(o) if o.name() == "b"));
+    let handler = RecordDeletes {
+        queue: queue.clone(),
+        filters: Arc::from(Vec::new()),
+        predicate: Some(not_b),
+        graves: graves.clone(),
+        keep: false,
+    };
+    handler.on_delete(&DeletedObject::Object(configmap_raw("a", "1")));
+    handler.on_delete(&DeletedObject::Tombstone(
+        informer::DeletedFinalStateUnknown {
+            key: "ns/a".into(),
+            obj: Some(configmap_raw("a", "2")),
+        },
+    ));
+    handler.on_delete(&DeletedObject::Tombstone(
+        informer::DeletedFinalStateUnknown {
+            key: "ns/c".into(),
+            obj: None,
+        },
+    ));
+    handler.on_delete(&DeletedObject::Object(configmap_raw("b", "1")));
+    let graves = graves.lock();
+    let kept: Vec<_> = graves["ns/a"]
+        .iter()
+        .map(|cm| cm.data.as_ref().unwrap()["v"].clone())
+        .collect();
+    assert_eq!(kept, ["1", "2"], "both last states, oldest first");
+    assert_eq!(
+        graves.len(),
+        1,
+        "no state for the unknown tombstone, nor the filtered delete"
+    );
+    assert_eq!(queue.len(), 1, "ns/a is queued, once");
+}
+
 // === priorities ===
 
 /// The `for` kind's map: an object to its own key.
@@ -443,9 +676,10 @@ async fn a_requeue_keeps_the_priority_unless_the_action_sets_one() {
         (Answer::Err, LOW_PRIORITY),
         (Answer::Panic, LOW_PRIORITY),
     ];
+    let (_running, running) = watch::channel(false);
     for (answer, expected) in cases {
         script.answer("ns/a", vec![answer]);
-        workers.process(&key, LOW_PRIORITY).await;
+        workers.process(&key, LOW_PRIORITY, &running).await;
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(
             workers.queue.get_with_priority().await,

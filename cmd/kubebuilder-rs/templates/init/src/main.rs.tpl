@@ -54,7 +54,7 @@ async fn main() -> ExitCode {
                     {{crate_name}}::setup(manager)?;
                     if flags.enable_webhooks {
                         let options = flags.manager.webhook_options();
-                        manager.add_webhook_server({{crate_name}}::webhook::server(options));
+                        manager.add_webhook_server({{crate_name}}::webhook::server(options))?;
                     }
                     Ok(())
                 })
