@@ -15,7 +15,12 @@
 //! * [`Controller<K>`] — `for` kind `K`, [`owns`](Controller::owns) kinds it controls,
 //!   [`watches`](Controller::watches) others through a mapping, filtered by [`Predicate`]s;
 //!   [`complete`](Controller::complete) hands it to the manager with a reconcile function
-//!   `async fn(Arc<K>, Arc<Ctx>) -> Result<Action, ReconcileError>`.
+//!   `async fn(Arc<K>, Arc<Ctx>) -> Result<Action, ReconcileError>`. Its queue puts live
+//!   changes before an initial list or a resync ([`LOW_PRIORITY`]) and ages what waits, so
+//!   nothing starves; [`reconcile_timeout`](Controller::reconcile_timeout) bounds a
+//!   reconcile, [`stopping`] lets one see the manager stop, and
+//!   [`on_delete`](Controller::on_delete) hands over the last state of an object that is
+//!   gone. Controllers, runnables and webhook servers registered after the start run at once.
 //! * [`flags`], [`logging`], [`preflight`] — kubebuilder's manager flags as one clap struct
 //!   an operator flattens into its own, with a one-call run ([`ManagerArgs::run`]); logging
 //!   set-up (text or JSON, `RUST_LOG`); and the check before start that every cached kind
@@ -147,7 +152,9 @@ pub use cache::{
     Cache, CacheError, CacheOptions, CachedInformer, KindTransform, Store, StoreNow, metadata_only,
     without_read_your_writes,
 };
-pub use controller::{Action, Controller, ObjectRef, ReconcileError};
+pub use controller::{
+    Action, Controller, LOW_PRIORITY, ObjectRef, ReconcileError, deadline, is_stopping, stopping,
+};
 pub use flags::ManagerArgs;
 pub use manager::{Manager, ManagerError, ManagerOptions};
 pub use metrics::Metrics;
