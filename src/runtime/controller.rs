@@ -6,7 +6,7 @@
 //!  informer of D ────── owns ────▶ key of its controller ──┤ predicates
 //!  informer of W ────── watches ─▶ keys your map gives ────┤
 //!                                                          ▼
-//!                 RateLimitingQueue<Key> (one key at a time, backoff per key)
+//!    RateLimitingQueue<Key> (one key at a time, backoff per key, live changes first)
 //!                                                          │ max_concurrent_reconciles workers
 //!                                                          ▼
 //!           reconcile(Arc<K> from the cache, context) ──▶ Action / ReconcileError
