@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use support::cluster::{self, create_namespace};
+use support::example::MirrorProcess;
 use support::{CONVERGE, http_get, run_manager, sample, wait_ready, wait_until};
 
 /// What the controller saw: the names it reconciled (to the end), and for each delete the
@@ -149,40 +150,11 @@ async fn a_controller_completed_after_the_start_reconciles_times_out_and_sees_de
 async fn past_the_graceful_shutdown_timeout_the_process_exits_anyway_and_says_so() {
     let client = cluster::client();
     let ns = create_namespace(&client, "rt-grace").await;
-    // The example program, built beside this test by `cargo test`.
-    let example = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/configmap_mirror");
-    assert!(example.is_file(), "{} is not built", example.display());
-    let mut child = tokio::process::Command::new(&example)
-        .args(["--namespace", &ns, "--graceful-shutdown-timeout", "1"])
-        .env("KUBECONFIG", cluster::kubeconfig())
-        .env("RUST_LOG", "error")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let pid = child.id().unwrap();
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let read = |stream: Box<dyn tokio::io::AsyncRead + Send + Unpin>| {
-        let lines = lines.clone();
-        tokio::spawn(async move {
-            use tokio::io::AsyncBufReadExt;
-            let mut out = tokio::io::BufReader::new(stream).lines();
-            while let Ok(Some(line)) = out.next_line().await {
-                lines.lock().push(line);
-            }
-        })
-    };
-    let readers = [
-        read(Box::new(child.stdout.take().unwrap())),
-        read(Box::new(child.stderr.take().unwrap())),
-    ];
+    let mirror = MirrorProcess::spawn(
+        &["--namespace", &ns, "--graceful-shutdown-timeout", "1"],
+        Some("error"),
+        true,
+    );
 
     // A reconcile that outlasts the one-second grace period by far, blocking its thread:
     // dropping its task cannot stop it, and a runtime dropped at the end of `main` would wait
@@ -201,26 +173,12 @@ async fn past_the_graceful_shutdown_timeout_the_process_exits_anyway_and_says_so
         .await
         .unwrap();
     let started = format!("reconcile started {ns}/endless");
-    wait_until("the endless reconcile starts", CONVERGE, async || {
-        let seen = lines.lock().clone();
-        seen.contains(&started)
-            .then_some(())
-            .ok_or(format!("{seen:?}"))
-    })
-    .await;
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = tokio::time::timeout(CONVERGE, child.wait())
-        .await
-        .expect("the process exits after the grace period")
-        .unwrap();
-    for reader in readers {
-        reader.await.unwrap();
-    }
-    let seen = lines.lock().clone();
+    mirror
+        .wait_for_line("the endless reconcile starts", &started)
+        .await;
+    let (status, seen) = mirror
+        .terminate("the process exits after the grace period")
+        .await;
     assert_eq!(status.code(), Some(1), "output {seen:?}");
     assert!(
         seen.iter()

@@ -8,6 +8,7 @@
 pub mod certs;
 pub mod client_suite;
 pub mod cluster;
+pub mod example;
 pub mod fault_proxy;
 pub mod scripted;
 pub mod versions;
