@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use support::cluster::{self, create_namespace};
+use support::example::MirrorProcess;
 use support::{CONVERGE, http_get, run_manager, sample, wait_until};
 
 /// Manager options caching namespace `ns` only, with servers on free loopback ports.
@@ -536,36 +537,7 @@ async fn a_forbidden_kind_fails_the_sync_naming_the_kind_and_the_403() {
 async fn sigterm_lets_the_reconcile_in_flight_finish() {
     let client = cluster::client();
     let ns = create_namespace(&client, "rt-sigterm").await;
-    // The example program, built beside this test by `cargo test`.
-    let example = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/configmap_mirror");
-    assert!(example.is_file(), "{} is not built", example.display());
-    let mut child = tokio::process::Command::new(&example)
-        .args(["--namespace", &ns])
-        .env("KUBECONFIG", cluster::kubeconfig())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let pid = child.id().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let reader = {
-        let lines = lines.clone();
-        tokio::spawn(async move {
-            use tokio::io::AsyncBufReadExt;
-            let mut out = tokio::io::BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = out.next_line().await {
-                lines.lock().push(line);
-            }
-        })
-    };
+    let mirror = MirrorProcess::spawn(&["--namespace", &ns], None, false);
 
     let mut cm = configmap(&ns, "slow", &[("k", "v")]);
     cm.metadata.annotations = Some(BTreeMap::from([(
@@ -577,24 +549,10 @@ async fn sigterm_lets_the_reconcile_in_flight_finish() {
         .await
         .unwrap();
     let started = format!("reconcile started {ns}/slow");
-    wait_until("the slow reconcile starts", CONVERGE, async || {
-        let seen = lines.lock().clone();
-        seen.contains(&started)
-            .then_some(())
-            .ok_or(format!("{seen:?}"))
-    })
-    .await;
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = tokio::time::timeout(CONVERGE, child.wait())
-        .await
-        .expect("the operator exits after SIGTERM")
-        .unwrap();
-    reader.await.unwrap();
-    let seen = lines.lock().clone();
+    mirror
+        .wait_for_line("the slow reconcile starts", &started)
+        .await;
+    let (status, seen) = mirror.terminate("the operator exits after SIGTERM").await;
     assert!(status.success(), "exit status {status}; output {seen:?}");
     let finished = format!("reconcile finished {ns}/slow");
     let order: Vec<_> = seen
@@ -626,6 +584,30 @@ struct Audit {
     overlap: AtomicUsize,
 }
 
+/// A reconcile of manager `id` in progress, in `Audit::running` until it ends, also when
+/// its future is dropped (a manager whose task is aborted dies mid-reconcile: that reconcile
+/// stops, and must not count as running beside the next leader's).
+struct Running<'a>(&'a Audit, &'static str);
+
+impl<'a> Running<'a> {
+    fn enter(audit: &'a Audit, id: &'static str) -> Self {
+        let mut running = audit.running.lock();
+        if running.iter().any(|other| *other != id) {
+            audit.overlap.fetch_add(1, Ordering::SeqCst);
+        }
+        running.push(id);
+        Running(audit, id)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut running = self.0.running.lock();
+        let at = running.iter().position(|r| *r == self.1).unwrap();
+        running.remove(at);
+    }
+}
+
 /// A manager `id` electing on lease `rt-lease` in `ns`, reconciling ConfigMaps into `audit`.
 fn elected(ns: &str, id: &'static str, release: bool, audit: &Arc<Audit>) -> Manager {
     let mut election = LeaderElectionConfig::new("rt-lease", ns);
@@ -641,18 +623,9 @@ fn elected(ns: &str, id: &'static str, release: bool, audit: &Arc<Audit>) -> Man
     Controller::<ConfigMap>::new(&manager)
         .complete(
             move |_: Arc<ConfigMap>, audit: Arc<Audit>| async move {
-                {
-                    let mut running = audit.running.lock();
-                    if running.iter().any(|other| *other != id) {
-                        audit.overlap.fetch_add(1, Ordering::SeqCst);
-                    }
-                    running.push(id);
-                }
+                let _running = Running::enter(&audit, id);
                 audit.seen.lock().push(id);
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                let mut running = audit.running.lock();
-                let at = running.iter().position(|r| *r == id).unwrap();
-                running.remove(at);
                 Ok(Action::done())
             },
             audit,
