@@ -183,6 +183,9 @@ func up(dir string, nodes int) (err error) {
 		// see etcd's own 410 Gone after `testenv compact`; every other resource is cached,
 		// as in any cluster.
 		"--watch-cache-sizes=podtemplates#0",
+		// Server-side sharded list and watch (KEP-5866, alpha in 1.36): the runtime's
+		// sharded controllers ask for their slice with a shardSelector.
+		"--feature-gates=ShardedListAndWatch=true",
 	}, st.APIServer)
 	if err != nil {
 		return err
