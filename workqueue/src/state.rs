@@ -276,7 +276,7 @@ impl<T> Fifo<T> {
     }
 
     /// Appends `item` at priority 0; returns the state that records it as queued here.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push(&mut self, item: T) -> ItemState {
         let seq = self.popped + self.items.len() as u64;
         self.items.push_back(item);
@@ -329,11 +329,21 @@ impl<T: Eq + Hash + Clone> Fifo<T> {
     }
 
     /// Queues `item` with `priority`; returns its new state.
-    #[inline]
+    ///
+    /// Always inlined, so that a plain add pays one comparison for priorities: the heap's
+    /// side stays out of line.
+    #[inline(always)]
     pub(crate) fn push_with(&mut self, item: T, priority: i32) -> ItemState {
         if priority == 0 {
-            return self.push(item);
+            self.push(item)
+        } else {
+            self.push_prioritised(item, priority)
         }
+    }
+
+    /// [`push_with`](Self::push_with) at a priority other than 0: into the heap.
+    #[inline(never)]
+    fn push_prioritised(&mut self, item: T, priority: i32) -> ItemState {
         self.prio().push(item, priority);
         ItemState::QueuedHeap
     }
@@ -686,7 +696,54 @@ fn nanos_since(epoch: Instant, now: Instant) -> u64 {
 impl<T: Eq + Hash + Clone + Send> State<T> {
     /// The "add" transition of the state table, for an item that is due now, added with
     /// `priority`.
+    #[inline]
     pub(crate) fn enqueue(&mut self, item: T, priority: i32, wake: &mut WakeList) {
+        if priority == 0 && self.fifo.prio.is_none() {
+            self.enqueue_plain(item, wake);
+        } else {
+            self.enqueue_prioritised(item, priority, wake);
+        }
+    }
+
+    /// [`enqueue`](Self::enqueue) on a queue that has only ever seen priority 0: the plain
+    /// FIFO's transitions, with nothing to raise and no pending priority to keep.
+    fn enqueue_plain(&mut self, item: T, wake: &mut WakeList) {
+        match self.items.entry(item) {
+            Entry::Vacant(vacant) => {
+                let queued = self.fifo.push(vacant.key().clone());
+                if let Some(metrics) = &mut self.metrics {
+                    metrics.add(vacant.key(), 0);
+                }
+                vacant.insert(queued.pack());
+                self.waiters.wake_for_item(wake);
+            }
+            Entry::Occupied(mut occupied) => {
+                let next = match self.fifo.current(*occupied.get()) {
+                    ItemState::Queued(_) | ItemState::QueuedHeap | ItemState::ProcessingDirty => {
+                        return;
+                    }
+                    ItemState::Processing => ItemState::ProcessingDirty,
+                    ItemState::Waiting(_) => {
+                        self.delayed.cancel_one();
+                        self.waiters.wake_for_item(wake);
+                        self.fifo.push(occupied.key().clone())
+                    }
+                    ItemState::ProcessingWaiting(_) => {
+                        self.delayed.cancel_one();
+                        ItemState::ProcessingDirty
+                    }
+                };
+                occupied.insert(next.pack());
+                if let Some(metrics) = &mut self.metrics {
+                    metrics.add(occupied.key(), 0);
+                }
+            }
+        }
+    }
+
+    /// [`enqueue`](Self::enqueue) with a priority, or on a queue that has seen one.
+    #[inline(never)]
+    fn enqueue_prioritised(&mut self, item: T, priority: i32, wake: &mut WakeList) {
         match self.items.entry(item) {
             Entry::Vacant(vacant) => {
                 let queued = self.fifo.push_with(vacant.key().clone(), priority);
@@ -771,6 +828,7 @@ impl<T: Eq + Hash + Clone + Send> State<T> {
     ///
     /// This is the one transition out of the dirty states, so it is counted for the
     /// lock-free duplicate check before the item is handed out.
+    #[inline]
     fn pop(&mut self, counters: &PopCounters<T>) -> Option<(T, i32)> {
         let (item, priority) = if self.fifo.prio.is_none() {
             let seq = self.fifo.popped;
@@ -778,11 +836,7 @@ impl<T: Eq + Hash + Clone + Send> State<T> {
             debug_assert_eq!(self.items.get(&item), Some(&ItemState::Queued(seq).pack()));
             (item, 0)
         } else {
-            let (item, priority, from_heap) = self.fifo.pop_prioritised()?;
-            if from_heap && let Some(state) = self.items.get_mut(&item) {
-                *state = ItemState::Processing.pack();
-            }
-            (item, priority)
+            self.pop_prioritised()?
         };
         if counters.is_counting() {
             counters.count_pop(&item);
@@ -790,6 +844,17 @@ impl<T: Eq + Hash + Clone + Send> State<T> {
         self.processing += 1;
         if let Some(metrics) = &mut self.metrics {
             metrics.get(&item, priority);
+        }
+        Some((item, priority))
+    }
+
+    /// [`pop`](Self::pop)'s choice on a queue with priorities, out of line: an item from the
+    /// heap is marked as being processed (a FIFO item reads so once popped).
+    #[inline(never)]
+    fn pop_prioritised(&mut self) -> Option<(T, i32)> {
+        let (item, priority, from_heap) = self.fifo.pop_prioritised()?;
+        if from_heap && let Some(state) = self.items.get_mut(&item) {
+            *state = ItemState::Processing.pack();
         }
         Some((item, priority))
     }

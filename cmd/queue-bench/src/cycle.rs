@@ -33,6 +33,16 @@ pub fn priority_of(key: u64) -> i32 {
     if key % 2 == 1 { -100 } else { 0 }
 }
 
+/// A producer: `add`s every key, yielding to the scheduler every `every` adds (0: never).
+async fn produce(keys: impl Iterator<Item = u64>, every: u64, mut add: impl FnMut(u64)) {
+    for (i, key) in (1u64..).zip(keys) {
+        add(key);
+        if every != 0 && i % every == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
 /// The threads a workload runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Threads {
@@ -152,15 +162,14 @@ impl Cycle {
                     let every = spec.yield_every;
                     let prioritised = spec.keys == Keys::Prioritised;
                     tokio::spawn(async move {
-                        for (i, key) in (1u64..).zip(keys) {
-                            if prioritised {
+                        // Two loops, so that the plain rows' loop holds a plain add only.
+                        if prioritised {
+                            produce(keys, every, |key| {
                                 queue.add_with_priority(key, priority_of(key));
-                            } else {
-                                queue.add(key);
-                            }
-                            if every != 0 && i % every == 0 {
-                                tokio::task::yield_now().await;
-                            }
+                            })
+                            .await;
+                        } else {
+                            produce(keys, every, |key| queue.add(key)).await;
                         }
                     })
                 })
