@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use workqueue::MetricsProvider as _;
 
 use super::*;
 
@@ -230,4 +229,49 @@ fn error_lines_keep_the_first_line_only_and_stay_short() {
 fn timestamps_are_rfc3339_in_utc() {
     let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
     assert_eq!(rfc3339(at), "2023-11-14T22:13:20.123Z");
+}
+
+/// GETs `path` from the plain-HTTP server on `addr`: the status line and the body.
+async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_owned(), body.to_owned())
+}
+
+#[tokio::test]
+async fn the_metrics_server_serves_the_pages_only_when_they_are_on() {
+    let pages = DebugPages::default();
+    pages.controller("memcached").started(&key("ns/a"), 0);
+    let mut addrs = Vec::new();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    for debug in [Some(pages.clone()), None] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.push(listener.local_addr().unwrap());
+        let mut stopped = stopped.clone();
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        let metrics = crate::runtime::Metrics::new();
+        tokio::spawn(crate::runtime::server::serve_metrics_with(
+            listener, metrics, debug, shutdown,
+        ));
+    }
+    let (status, body) = get(addrs[0], "/debug/controllers.json?key=ns%2Fa").await;
+    assert!(status.contains("200"), "{status}");
+    let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(value["controllers"][0]["in_flight"][0]["key"], "ns/a");
+    assert_eq!(value["story"]["events"][0]["kind"], "started");
+    let (status, body) = get(addrs[0], "/debug/controllers").await;
+    assert!(status.contains("200") && body.contains("data-controller=\"memcached\""));
+    let (status, _) = get(addrs[0], "/metrics").await;
+    assert!(status.contains("200"), "metrics still served: {status}");
+    let (status, _) = get(addrs[1], "/debug/controllers").await;
+    assert!(status.contains("404"), "off: {status}");
+    stop.send(true).unwrap();
 }
