@@ -940,7 +940,11 @@ where
         });
         let unchanged = (**old).resource_version() == (**new).resource_version();
         if self.target.trace.is_some() {
-            let verb = if unchanged { "update (resync)" } else { "update" };
+            let verb = if unchanged {
+                "update (resync)"
+            } else {
+                "update"
+            };
             if self.both_on_update {
                 self.trace(old, verb, passed, unchanged);
             }

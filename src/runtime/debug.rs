@@ -61,7 +61,7 @@ pub struct Limits {
     pub keys: usize,
     /// Events kept in one key's story (the oldest go first). Default 64.
     pub events_per_key: usize,
-    /// Finished reconciles kept per controller. Default 50.
+    /// Finished reconciles kept per controller. Default 20.
     pub recent: usize,
     /// Keys listed per controller as waiting, the soonest due first. Default 100.
     pub waiting_shown: usize,
@@ -72,7 +72,7 @@ impl Default for Limits {
         Limits {
             keys: 1024,
             events_per_key: 64,
-            recent: 50,
+            recent: 20,
             waiting_shown: 100,
         }
     }
@@ -202,12 +202,15 @@ impl DebugPages {
                 trace.view(s, now)
             })
             .collect();
-        let leader_election = self.inner.leader.lock().as_ref().map(|e| leader_view(e, wall));
+        let leader_election = self
+            .inner
+            .leader
+            .lock()
+            .as_ref()
+            .map(|e| leader_view(e, wall));
         let story = key.filter(|k| !k.is_empty()).map(|key| {
-            let mut events: Vec<StoryEvent> = controllers
-                .iter()
-                .flat_map(|c| c.story(key))
-                .collect();
+            let mut events: Vec<StoryEvent> =
+                controllers.iter().flat_map(|c| c.story(key)).collect();
             events.sort_by_key(|e| e.seq);
             StoryView {
                 key: key.to_owned(),
@@ -225,7 +228,11 @@ impl DebugPages {
 
     /// The answer to `GET path?query` if `path` is one of the pages: the HTML page or its
     /// JSON; `None` for any other path.
-    pub(crate) fn respond(&self, path: &str, query: Option<&str>) -> Option<(String, &'static str)> {
+    pub(crate) fn respond(
+        &self,
+        path: &str,
+        query: Option<&str>,
+    ) -> Option<(String, &'static str)> {
         let key = query.and_then(key_param);
         match path {
             PAGE_PATH => Some((
@@ -258,15 +265,13 @@ fn percent_decode(text: &str) -> String {
     while i < bytes.len() {
         match bytes[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                    (Some(hi), Some(lo)) => {
-                        out.push(hi * 16 + lo);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(hi), Some(lo)) => {
+                    out.push(hi * 16 + lo);
+                    i += 2;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             b => out.push(b),
         }
         i += 1;
@@ -574,7 +579,10 @@ impl ControllerTrace {
         let now = Instant::now();
         let mut state = self.state.lock();
         state.waiting.remove(key);
-        let waited = state.queued_since.remove(key).map(|s| now.saturating_duration_since(s));
+        let waited = state
+            .queued_since
+            .remove(key)
+            .map(|s| now.saturating_duration_since(s));
         state.in_flight.insert(
             key.clone(),
             Running {
@@ -585,7 +593,10 @@ impl ControllerTrace {
             },
         );
         let what = match waited {
-            Some(w) => format!("taken by a worker at priority {priority} after {} in the queue", human(w)),
+            Some(w) => format!(
+                "taken by a worker at priority {priority} after {} in the queue",
+                human(w)
+            ),
             None => format!("taken by a worker at priority {priority}"),
         };
         self.push(&mut state, key, "started", what);
@@ -606,7 +617,10 @@ impl ControllerTrace {
             running.error.clone_from(&error);
         }
         let Some(delay) = delay else {
-            let what = format!("terminal error, not retried: {}", error.as_deref().unwrap_or(""));
+            let what = format!(
+                "terminal error, not retried: {}",
+                error.as_deref().unwrap_or("")
+            );
             self.push(&mut state, key, "failed", what);
             return;
         };
@@ -657,7 +671,11 @@ impl ControllerTrace {
             Some(e) => format!("reconciled in {}: {result}: {e}", human(elapsed)),
             None => format!("reconciled in {}: {result}", human(elapsed)),
         };
-        let kind = if error.is_some() { "failed" } else { "reconciled" };
+        let kind = if error.is_some() {
+            "failed"
+        } else {
+            "reconciled"
+        };
         self.push(&mut state, key, kind, what);
     }
 
@@ -668,7 +686,8 @@ impl ControllerTrace {
         if let Some(running) = state.in_flight.remove(key) {
             let elapsed = running.since.elapsed();
             self.record(&mut state, key, running.at, elapsed, "skipped", None);
-            let what = "not reconciled: the object is not in the cache (deleted) or does not decode";
+            let what =
+                "not reconciled: the object is not in the cache (deleted) or does not decode";
             self.push(&mut state, key, "skipped", what.to_owned());
         }
     }
@@ -752,7 +771,10 @@ impl ControllerTrace {
         }
         let reconciles_per_second = match state.finished.front() {
             Some(first) if state.finished.len() == RATE_SAMPLES => {
-                let span = now.saturating_duration_since(*first).as_secs_f64().max(0.001);
+                let span = now
+                    .saturating_duration_since(*first)
+                    .as_secs_f64()
+                    .max(0.001);
                 state.finished.len() as f64 / span
             }
             _ => state.finished.len() as f64 / RATE_WINDOW.as_secs_f64(),
@@ -988,7 +1010,8 @@ impl workqueue::MetricsProvider for DepthProvider {
         &self,
         name: &str,
     ) -> Box<dyn workqueue::SettableGaugeMetric> {
-        self.inner.new_longest_running_processor_seconds_metric(name)
+        self.inner
+            .new_longest_running_processor_seconds_metric(name)
     }
 
     fn new_retries_metric(&self, name: &str) -> Box<dyn workqueue::CounterMetric> {

@@ -653,12 +653,20 @@ mod tests {
 
     #[test]
     fn debug_pages_are_off_unless_the_flag_turns_them_on() {
-        let off = parse(&[]).unwrap().manager_options("id", &config()).unwrap();
+        let off = parse(&[])
+            .unwrap()
+            .manager_options("id", &config())
+            .unwrap();
         assert!(!off.debug_pages);
         let on = parse(&["--enable-debug-pages"]).unwrap();
         assert!(on.manager_options("id", &config()).unwrap().debug_pages);
         let explicit = parse(&["--enable-debug-pages=false"]).unwrap();
-        assert!(!explicit.manager_options("id", &config()).unwrap().debug_pages);
+        assert!(
+            !explicit
+                .manager_options("id", &config())
+                .unwrap()
+                .debug_pages
+        );
     }
 
     #[test]

@@ -815,8 +815,9 @@ impl Run {
                     self.servers.spawn(ignore(serve));
                 }
                 _ => {
-                    self.servers
-                        .spawn(ignore(server::serve_metrics_with(listener, metrics, debug, stop)));
+                    self.servers.spawn(ignore(server::serve_metrics_with(
+                        listener, metrics, debug, stop,
+                    )));
                 }
             }
         }

@@ -13,6 +13,7 @@
 //! binary `CHROMIUM` names).
 
 mod common;
+#[path = "../../../tests/support/mod.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -56,7 +57,12 @@ async fn browse(url: &str, profile: &Path, args: &[&str]) -> Result<String, Stri
     let out = tokio::time::timeout(BROWSER_LIMIT, run)
         .await
         .map_err(|_| format!("chromium did not finish within {BROWSER_LIMIT:?}"))?
-        .map_err(|e| format!("running {} (install Debian's chromium): {e}", chromium().display()))?;
+        .map_err(|e| {
+            format!(
+                "running {} (install Debian's chromium): {e}",
+                chromium().display()
+            )
+        })?;
     if !out.status.success() {
         return Err(format!(
             "chromium failed ({}): {}",
@@ -71,17 +77,24 @@ async fn browse(url: &str, profile: &Path, args: &[&str]) -> Result<String, Stri
 async fn rendered(url: &str, profile: &Path) -> Result<Dom, String> {
     let dom = browse(url, profile, &["--dump-dom"]).await?;
     if !dom.contains("data-source=\"live\"") {
-        return Err(format!("the page's script did not redraw it: {}", head(&dom)));
+        return Err(format!(
+            "the page's script did not redraw it: {}",
+            head(&dom)
+        ));
     }
     Ok(Dom(dom))
 }
 
 async fn screenshot(url: &str, profile: &Path, to: &Path) {
     let shot = format!("--screenshot={}", to.display());
-    browse(url, profile, &[&shot, "--window-size=1280,1000"])
+    browse(url, profile, &[&shot, "--window-size=1280,1500"])
         .await
         .unwrap_or_else(|e| panic!("screenshot of {url}: {e}"));
-    assert!(to.is_file(), "chromium wrote no screenshot to {}", to.display());
+    assert!(
+        to.is_file(),
+        "chromium wrote no screenshot to {}",
+        to.display()
+    );
 }
 
 fn head(text: &str) -> String {
@@ -253,18 +266,27 @@ async fn the_debug_page_shows_a_failing_key_its_backoff_its_recovery_and_the_cac
     .await;
 
     // The informer table holds what the API server lists.
-    for (kind, resource) in [("Memcached", "memcacheds.cache.example.com"), ("Deployment", "deployments")] {
-        wait_until(&format!("{kind}s cached as kubectl lists them"), CONVERGE, async || {
-            let listed = kubectl.run(&["-n", &ns, "get", resource, "-o", "name"]);
-            let want = listed.lines().filter(|l| !l.is_empty()).count() as u64;
-            let dom = rendered(&url, &profile).await?;
-            let row = dom.informer(kind).ok_or(format!("no {kind} informer"))?;
-            let cached = number(Dom::text(row, "objects"), "objects")?;
-            let synced = Dom::text(row, "synced").unwrap_or_default();
-            (want > 0 && cached == want && synced == "true")
-                .then_some(())
-                .ok_or(format!("cached {cached}, kubectl lists {want}, synced {synced}"))
-        })
+    for (kind, resource) in [
+        ("Memcached", "memcacheds.cache.example.com"),
+        ("Deployment", "deployments"),
+    ] {
+        wait_until(
+            &format!("{kind}s cached as kubectl lists them"),
+            CONVERGE,
+            async || {
+                let listed = kubectl.run(&["-n", &ns, "get", resource, "-o", "name"]);
+                let want = listed.lines().filter(|l| !l.is_empty()).count() as u64;
+                let dom = rendered(&url, &profile).await?;
+                let row = dom.informer(kind).ok_or(format!("no {kind} informer"))?;
+                let cached = number(Dom::text(row, "objects"), "objects")?;
+                let synced = Dom::text(row, "synced").unwrap_or_default();
+                (want > 0 && cached == want && synced == "true")
+                    .then_some(())
+                    .ok_or(format!(
+                        "cached {cached}, kubectl lists {want}, synced {synced}"
+                    ))
+            },
+        )
         .await;
     }
     screenshot(&url, &profile, &shots.join("recovered.png")).await;

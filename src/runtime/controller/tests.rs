@@ -704,7 +704,11 @@ async fn the_debug_pages_follow_a_key_through_failures_backoff_and_success() {
     run_until(workers, &script, || script.count("ns/a") == 3).await;
     let snapshot = pages.snapshot(Some("ns/a"));
     let controller = &snapshot.controllers[0];
-    let results: Vec<_> = controller.recent.iter().map(|r| r.result.as_str()).collect();
+    let results: Vec<_> = controller
+        .recent
+        .iter()
+        .map(|r| r.result.as_str())
+        .collect();
     assert_eq!(results, ["success", "error", "error"], "newest first");
     assert_eq!(controller.recent[1].error.as_deref(), Some("boom"));
     assert!(controller.waiting.is_empty(), "success clears the wait");
@@ -725,6 +729,12 @@ async fn the_debug_pages_follow_a_key_through_failures_backoff_and_success() {
             "reconciled"
         ]
     );
-    assert!(story.events[1].what.contains("failed (1 so far): boom"), "{story:?}");
-    assert!(story.events[4].what.contains("failed (2 so far): boom"), "{story:?}");
+    assert!(
+        story.events[1].what.contains("failed (1 so far): boom"),
+        "{story:?}"
+    );
+    assert!(
+        story.events[4].what.contains("failed (2 so far): boom"),
+        "{story:?}"
+    );
 }

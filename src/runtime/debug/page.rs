@@ -64,9 +64,34 @@ fn opt(value: Option<&str>) -> String {
     value.unwrap_or("").to_owned()
 }
 
-/// The page's live part: controllers, informers, the lease and the story.
+/// The page's live part: the story asked for, the controllers, the informers, the lease.
 pub(super) fn content(s: &Snapshot) -> String {
     let mut out = String::new();
+    if let Some(story) = &s.story {
+        let _ = write!(
+            out,
+            "<section class=\"story\" data-story=\"{}\"><h2>story of {}</h2>",
+            escape(&story.key),
+            escape(&story.key)
+        );
+        let rows: Vec<_> = story
+            .events
+            .iter()
+            .map(|e| {
+                let attrs = format!("data-kind=\"{}\"", e.kind);
+                let cells = vec![
+                    ("at", e.at.clone()),
+                    ("controller", e.controller.clone()),
+                    ("kind", e.kind.to_owned()),
+                    ("what", e.what.clone()),
+                ];
+                (attrs, cells)
+            })
+            .collect();
+        out.push_str("<div class=\"scroll\">");
+        out.push_str(&table("story", &["at", "controller", "", "what"], &rows));
+        out.push_str("</div></section>");
+    }
     for c in &s.controllers {
         let by_priority = c
             .depth_by_priority
@@ -107,7 +132,11 @@ pub(super) fn content(s: &Snapshot) -> String {
                 (attrs, cells)
             })
             .collect();
-        out.push_str(&table("in-flight", &["key", "priority", "running (s)"], &rows));
+        out.push_str(&table(
+            "in-flight",
+            &["key", "priority", "running (s)"],
+            &rows,
+        ));
         out.push_str("<h3>waiting</h3>");
         let rows: Vec<_> = c
             .waiting
@@ -119,13 +148,23 @@ pub(super) fn content(s: &Snapshot) -> String {
                     ("reason", w.reason.to_owned()),
                     ("failures", w.failures.to_string()),
                     ("next_retry_at", w.next_retry_at.clone()),
-                    ("next_retry_in_seconds", one_decimal(w.next_retry_in_seconds)),
+                    (
+                        "next_retry_in_seconds",
+                        one_decimal(w.next_retry_in_seconds),
+                    ),
                     ("last_error", opt(w.last_error.as_deref())),
                 ];
                 (attrs, cells)
             })
             .collect();
-        let columns = ["key", "why", "failures", "next retry", "in (s)", "last error"];
+        let columns = [
+            "key",
+            "why",
+            "failures",
+            "next retry",
+            "in (s)",
+            "last error",
+        ];
         out.push_str(&table("waiting", &columns, &rows));
         out.push_str("<h3>last reconciles</h3>");
         let rows: Vec<_> = c
@@ -208,30 +247,6 @@ pub(super) fn content(s: &Snapshot) -> String {
         None => out.push_str("<p data-field=\"role\">not configured: every replica leads</p>"),
     }
     out.push_str("</section>");
-    if let Some(story) = &s.story {
-        let _ = write!(
-            out,
-            "<section class=\"story\" data-story=\"{}\"><h2>story of {}</h2>",
-            escape(&story.key),
-            escape(&story.key)
-        );
-        let rows: Vec<_> = story
-            .events
-            .iter()
-            .map(|e| {
-                let attrs = format!("data-kind=\"{}\"", e.kind);
-                let cells = vec![
-                    ("at", e.at.clone()),
-                    ("controller", e.controller.clone()),
-                    ("kind", e.kind.to_owned()),
-                    ("what", e.what.clone()),
-                ];
-                (attrs, cells)
-            })
-            .collect();
-        out.push_str(&table("story", &["at", "controller", "", "what"], &rows));
-        out.push_str("</section>");
-    }
     out
 }
 
@@ -240,8 +255,9 @@ const HEAD: &str = "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\
 body{font:13px/1.4 system-ui,sans-serif;margin:1em 2em;color:#222}\n\
 h1{font-size:20px;margin:0 0 .2em}h2{font-size:16px;margin:1.2em 0 .3em}h3{font-size:13px;margin:.6em 0 .2em;color:#555}\n\
 table{border-collapse:collapse;margin-bottom:.5em}th,td{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}\n\
-th{background:#f0f0f0}tr.none td{color:#999}td[data-field=error],td[data-field=last_error]{color:#b00;max-width:40em}\n\
+th{background:#f0f0f0}tr.none td{color:#999}td[data-field=at],td[data-field=started_at],td[data-field=next_retry_at]{white-space:nowrap}td[data-field=error],td[data-field=last_error]{color:#b00;max-width:40em}\n\
 section.controller{border-left:4px solid #48c;padding-left:.8em}#status{color:#666}\n\
+section.story{border-left:4px solid #c84;padding-left:.8em}div.scroll{max-height:16em;overflow:auto;display:inline-block}\n\
 </style>\n</head>\n";
 
 /// Polls the JSON and redraws `#content` with the markup [`content`] makes.
@@ -266,6 +282,12 @@ const SCRIPT: &str = r#"(function () {
   }
   function render(s) {
     var h = "";
+    if (s.story) {
+      h += '<section class="story" data-story="' + esc(s.story.key) + '"><h2>story of ' + esc(s.story.key) + "</h2>" +
+        '<div class="scroll">' + table("story", ["at", "controller", "", "what"], s.story.events.map(function (e) {
+          return ['data-kind="' + esc(e.kind) + '"', [["at", e.at], ["controller", e.controller], ["kind", e.kind], ["what", e.what]]];
+        })) + "</div></section>";
+    }
     s.controllers.forEach(function (c) {
       var bp = c.depth_by_priority.map(function (d) { return d.priority + ": " + d.depth; }).join(", ");
       h += '<section class="controller" data-controller="' + esc(c.name) + '"><h2>controller ' + esc(c.name) + "</h2>" +
@@ -306,12 +328,6 @@ const SCRIPT: &str = r#"(function () {
       h += '<p data-field="role">not configured: every replica leads</p>';
     }
     h += "</section>";
-    if (s.story) {
-      h += '<section class="story" data-story="' + esc(s.story.key) + '"><h2>story of ' + esc(s.story.key) + "</h2>" +
-        table("story", ["at", "controller", "", "what"], s.story.events.map(function (e) {
-          return ['data-kind="' + esc(e.kind) + '"', [["at", e.at], ["controller", e.controller], ["kind", e.kind], ["what", e.what]]];
-        })) + "</section>";
-    }
     return h;
   }
   var polls = 0;
@@ -323,6 +339,9 @@ const SCRIPT: &str = r#"(function () {
       return r.json();
     }).then(function (s) {
       document.getElementById("content").innerHTML = render(s);
+      // The newest events of the story are its last: keep them in view.
+      var story = document.querySelector("section.story div.scroll");
+      if (story) story.scrollTop = story.scrollHeight;
       polls += 1;
       document.body.setAttribute("data-source", "live");
       document.body.setAttribute("data-polls", String(polls));

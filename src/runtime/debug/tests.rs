@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-
 use super::*;
 
 fn key(k: &str) -> Key {
@@ -30,7 +29,13 @@ fn a_failing_key_waits_with_its_failures_next_retry_and_error_until_it_succeeds(
     for failures in 1..=3 {
         trace.started(&k, 0);
         let line = Some(format!("quota exceeded ({failures})"));
-        trace.retry(&k, Retry::Error, Some(Duration::from_secs(60)), failures, line);
+        trace.retry(
+            &k,
+            Retry::Error,
+            Some(Duration::from_secs(60)),
+            failures,
+            line,
+        );
         trace.finished(&k, "error", Duration::from_millis(3));
         trace.settled(&k);
     }
@@ -70,7 +75,13 @@ fn a_key_the_worker_could_not_find_is_shown_as_skipped() {
     trace.settled(&k);
     let snapshot = pages.snapshot(Some("ns/gone"));
     assert_eq!(snapshot.controllers[0].recent[0].result, "skipped");
-    let kinds: Vec<_> = snapshot.story.unwrap().events.iter().map(|e| e.kind).collect();
+    let kinds: Vec<_> = snapshot
+        .story
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e.kind)
+        .collect();
     assert_eq!(kinds, ["started", "skipped"]);
 }
 
@@ -95,7 +106,14 @@ fn stories_keep_the_last_events_of_the_most_recent_keys_only() {
     assert!(a.events[2].what.contains("filtered out by a predicate"));
     // A third key pushes out the one heard of first.
     trace.watch_event(&key("ns/c"), &event("ns/c", true));
-    assert!(pages.snapshot(Some("ns/a")).story.unwrap().events.is_empty());
+    assert!(
+        pages
+            .snapshot(Some("ns/a"))
+            .story
+            .unwrap()
+            .events
+            .is_empty()
+    );
     assert_eq!(pages.snapshot(Some("ns/b")).story.unwrap().events.len(), 3);
     assert_eq!(pages.snapshot(Some("ns/c")).story.unwrap().events.len(), 1);
 }
@@ -113,7 +131,11 @@ fn the_queue_wait_is_told_when_a_worker_takes_the_key() {
         "{:?}",
         story.events[1]
     );
-    assert!(story.events[0].what.contains("Memcached update ns/a (rv 42): queued"));
+    assert!(
+        story.events[0]
+            .what
+            .contains("Memcached update ns/a (rv 42): queued")
+    );
 }
 
 #[test]
