@@ -6,8 +6,8 @@
 //! Deployment the API server refuses (422, `image: Required value`); the page shows the key
 //! waiting with a growing failure count, a next-retry time and the error line. Fixing the
 //! image reconciles it: the page shows `success`, the queue drains to 0, and the informer
-//! table holds as many Memcacheds and Deployments as kubectl lists. Screenshots of both
-//! states go to `target/debug-page/`.
+//! table holds as many Memcacheds and Deployments as kubectl lists, and the lease shows this
+//! replica leading. Screenshots of both states go to `target/debug-page/`.
 //!
 //! Run by `make test-browser`; needs the local cluster and Chromium (`chromium`, or the
 //! binary `CHROMIUM` names).
@@ -181,6 +181,8 @@ async fn the_debug_page_shows_a_failing_key_its_backoff_its_recovery_and_the_cac
             &format!("--metrics-bind-address=127.0.0.1:{metrics}"),
             "--metrics-secure=false",
             "--enable-debug-pages",
+            "--leader-elect",
+            &format!("--leader-election-namespace={ns}"),
             &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
         ])
         .stdout(Stdio::null())
@@ -289,6 +291,16 @@ async fn the_debug_page_shows_a_failing_key_its_backoff_its_recovery_and_the_cac
         )
         .await;
     }
+    // This replica leads, and the page says so.
+    let dom = rendered(&url, &profile).await.unwrap();
+    let leader = Dom::between(&dom.0, "<section class=\"leader\">", "</section>").unwrap();
+    assert_eq!(Dom::text(leader, "role").as_deref(), Some("leader"), "{leader}");
+    let holder = Dom::text(leader, "holder").unwrap_or_default();
+    assert_eq!(
+        Some(holder.as_str()),
+        Dom::text(leader, "identity").as_deref(),
+        "{leader}"
+    );
     screenshot(&url, &profile, &shots.join("recovered.png")).await;
 
     common::release_all(&memcacheds, ["web"]).await;
