@@ -294,7 +294,11 @@ async fn the_debug_page_shows_a_failing_key_its_backoff_its_recovery_and_the_cac
     // This replica leads, and the page says so.
     let dom = rendered(&url, &profile).await.unwrap();
     let leader = Dom::between(&dom.0, "<section class=\"leader\">", "</section>").unwrap();
-    assert_eq!(Dom::text(leader, "role").as_deref(), Some("leader"), "{leader}");
+    assert_eq!(
+        Dom::text(leader, "role").as_deref(),
+        Some("leader"),
+        "{leader}"
+    );
     let holder = Dom::text(leader, "holder").unwrap_or_default();
     assert_eq!(
         Some(holder.as_str()),
