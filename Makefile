@@ -16,21 +16,22 @@ TESTENV_SRC := testenv/go.mod testenv/go.sum testenv/build.sh $(shell find teste
 export TESTENV_KUBECONFIG := $(KUBECONFIG_TESTENV)
 export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
-.PHONY: all demo test test-unit test-cluster soak lint fmt cluster cluster-down cluster-status \
+.PHONY: all demo test test-unit test-cluster test-browser soak lint fmt cluster cluster-down cluster-status \
 	testenv bench bench-decode bench-queue bench-informer bench-runtime bench-operator bench-latency \
 	protoschema manifests install uninstall run dist deploy undeploy fuzz fuzz-smoke
 
 all: lint test-unit
 
 ## demo: start the real local cluster and run the Memcached operator against it: create,
-## scale, hand-edit and delete a Memcached, then stop the operator (hack/demo.sh)
+## scale, hand-edit and delete a Memcached, then stop the operator (hack/demo.sh); prints the
+## address of its live debug page (/debug/controllers) while it runs
 demo: cluster
 	hack/demo.sh
 
 ## test: lint, unit tests (the fuzz corpus replay among them), a few seconds of each fuzz target
-## where nightly and cargo-fuzz are present, then the cluster tests against a cluster this
-## target starts and stops
-test: lint test-unit fuzz-smoke test-cluster
+## where nightly and cargo-fuzz are present, then the cluster tests and the browser test against
+## a cluster each starts and stops
+test: lint test-unit fuzz-smoke test-cluster test-browser
 
 ## test-unit: the fast tier: unit, scripted and doc tests (tests/fuzz_corpus.rs replays the fuzz
 ## corpus on stable), and the orchestrator's Go tests; no cluster
@@ -62,7 +63,23 @@ test-cluster: testenv
 	else \
 	  $(TESTENV) up --dir $(TESTENV_DIR); started=1; \
 	fi; \
-	rc=0; cargo test --workspace --tests --no-fail-fast -- --ignored --test-threads=4 || rc=$$?; \
+	rc=0; cargo test --workspace --tests --no-fail-fast -- --ignored --test-threads=4 \
+	  --skip the_debug_page_shows || rc=$$?; \
+	if [ $$started = 1 ]; then $(TESTENV) down --dir $(TESTENV_DIR) || rc=1; fi; \
+	exit $$rc
+
+## test-browser: headless Chromium (Debian's `chromium`, or $$CHROMIUM) drives the operator's
+## /debug/controllers page on the local cluster (cmd/memcached-operator/tests/debug_page.rs):
+## a failing key's growing failures and next retry, its recovery, the caches against kubectl;
+## screenshots in target/debug-page/. Starts a cluster if none runs, as test-cluster does
+test-browser: testenv
+	@command -v $${CHROMIUM:-chromium} >/dev/null || { echo "test-browser: no chromium (apt-get install chromium)" >&2; exit 1; }
+	@if $(TESTENV) status --dir $(TESTENV_DIR) >/dev/null 2>&1; then \
+	  echo "test-browser: using the running cluster"; started=0; \
+	else \
+	  $(TESTENV) up --dir $(TESTENV_DIR); started=1; \
+	fi; \
+	rc=0; cargo test -p memcached-operator --test debug_page -- --ignored --nocapture || rc=$$?; \
 	if [ $$started = 1 ]; then $(TESTENV) down --dir $(TESTENV_DIR) || rc=1; fi; \
 	exit $$rc
 

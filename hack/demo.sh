@@ -86,15 +86,20 @@ openssl x509 -req -in "$certs/tls.csr" -CA "$certs/ca.crt" -CAkey "$certs/ca.key
   -extfile <(printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n') 2>/dev/null
 echo "CA and certificate in $certs"
 webhook_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+metrics_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+debug_page=http://127.0.0.1:$metrics_port/debug/controllers
 
 step "starting the operator with its webhooks on 127.0.0.1:$webhook_port (log: target/demo/operator.log)"
 stop_operator
-"$operator" --metrics-bind-address=127.0.0.1:0 --health-probe-bind-address=127.0.0.1:0 \
+# Metrics over plain HTTP on loopback, with the debug pages: a browser opens them as they are.
+"$operator" --metrics-bind-address=127.0.0.1:"$metrics_port" --metrics-secure=false --enable-debug-pages \
+  --health-probe-bind-address=127.0.0.1:0 \
   --enable-webhooks --webhook-host=127.0.0.1 --webhook-port="$webhook_port" --cert-dir="$certs" \
   --allowed-image-prefix=memcached: --allowed-image-prefix=docker.io/library/memcached: \
   >"$dir/operator.log" 2>&1 &
 echo $! >"$dir/operator.pid"
 echo "operator pid $(cat "$dir/operator.pid")"
+echo "debug page (live queues, keys, backoff, caches): $debug_page"
 for _ in $(seq 1 120); do
   (exec 3<>"/dev/tcp/127.0.0.1/$webhook_port") 2>/dev/null && break
   kill -0 "$(cat "$dir/operator.pid")" 2>/dev/null || { echo "demo: FAILED: the operator exited" >&2; tail -n 20 "$dir/operator.log" >&2; exit 1; }
@@ -170,7 +175,7 @@ echo "$refused"
 grep -q 'is not from an allowed registry' <<<"$refused" \
   || { echo "demo: FAILED: refused, but not by the webhook" >&2; exit 1; }
 
-step "creating memcached-sample (size 3) in namespace $ns"
+step "creating memcached-sample (size 3) in namespace $ns (its story: $debug_page?key=$ns/memcached-sample)"
 k -n "$ns" apply -f - <<'YAML'
 apiVersion: cache.example.com/v1alpha1
 kind: Memcached
@@ -215,6 +220,15 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 k -n "$ns" get deployment memcached-sample 2>&1 | tail -n 1 || true
+
+step "the debug page while the operator runs: $debug_page"
+curl -sf "$debug_page.json" | python3 -c 'import json,sys
+s=json.load(sys.stdin)
+for c in s["controllers"]:
+    print("controller %s: queue depth %d, %d reconciles, %.1f/s" % (c["name"], c["queue_depth"], c["reconciles_total"], c["reconciles_per_second"]))
+for i in s["informers"]:
+    print("informer %s %s: %d objects, %d bytes, rv %s" % (i["kind"], i["namespace"] or "(all)", i["objects"], i["bytes"], i["resource_version"]))' \
+  || echo "demo: (could not read $debug_page.json)"
 
 step "stopping the operator (SIGTERM)"
 stop_operator

@@ -272,3 +272,42 @@ async fn a_certificate_from_the_cert_path_is_served_and_verifies() {
 
     stop_manager(stop, running).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn the_debug_pages_are_behind_the_same_authorization_as_metrics() {
+    let kubectl = Kubectl::from_env();
+    let mut accounts = Accounts::new(&kubectl);
+    let operator = accounts.account(
+        "operator",
+        Some(&rendered_rules(&kubectl, "metrics-auth-role")),
+    );
+    let reader = accounts.account("reader", Some(&rendered_rules(&kubectl, "metrics-reader")));
+    let stranger = accounts.account("stranger", None);
+    let mut config = cluster::config();
+    config.identity = None;
+    config.auth = Auth::Bearer(Token::new(operator));
+    let options = ManagerOptions {
+        metrics_bind_address: Some("127.0.0.1:0".parse().unwrap()),
+        metrics_secure: Some(SecureMetricsOptions {
+            cert_dir: std::env::temp_dir().join(unique("no-metrics-certs")),
+            ..SecureMetricsOptions::default()
+        }),
+        debug_pages: true,
+        ..ManagerOptions::default()
+    };
+    let manager = Manager::with_config(config, options).unwrap();
+    let (stop, running) = support::run_manager(&manager);
+    let addr = manager.metrics_addr().await.expect("metrics are served");
+
+    for path in ["/debug/controllers", "/debug/controllers.json"] {
+        let (code, body) = scrape(&scraper(addr, None, None), path).await;
+        assert_eq!(code, 401, "{path}, no token: {body}");
+        let (code, body) = scrape(&scraper(addr, None, Some(&stranger)), path).await;
+        assert_eq!(code, 403, "{path}, without metrics-reader: {body}");
+        let (code, body) = scrape(&scraper(addr, None, Some(&reader)), path).await;
+        assert_eq!(code, 200, "{path}, bound to metrics-reader: {body}");
+        assert!(body.contains("controllers"), "{body}");
+    }
+    stop_manager(stop, running).await;
+}

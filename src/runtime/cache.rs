@@ -294,7 +294,13 @@ struct Inner {
     informers: Mutex<Vec<Tracked>>,
     /// Set once started: the shutdown later informers start with.
     started: Mutex<Option<watch::Receiver<bool>>>,
+    /// Told every step of every reflector, by informer name (the debug pages), if set
+    /// before the informers are made.
+    reflector_trace: Mutex<Option<ReflectorTrace>>,
 }
+
+/// A hook told every step of an informer's reflector, with the informer's name.
+pub(crate) type ReflectorTrace = Arc<dyn Fn(&str, &informer::Trace) + Send + Sync>;
 
 /// An informer the cache watches over.
 struct Tracked {
@@ -304,6 +310,8 @@ struct Tracked {
     synced: Box<dyn Fn() -> bool + Send + Sync>,
     wait: Arc<dyn Fn() -> BoxFuture + Send + Sync>,
     last_error: Arc<Mutex<Option<String>>>,
+    /// Objects cached, their JSON bytes and the last resourceVersion, for the debug pages.
+    size: Box<dyn Fn() -> (usize, usize, String) + Send + Sync>,
 }
 
 type BoxFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -376,6 +384,7 @@ impl Cache {
                 pruned: Mutex::new(Default::default()),
                 informers: Mutex::new(Vec::new()),
                 started: Mutex::new(None),
+                reflector_trace: Mutex::new(None),
             }),
         }
     }
@@ -501,7 +510,11 @@ impl Cache {
         let last_error = Arc::new(Mutex::new(None));
         let errors = last_error.clone();
         let _ = informer.set_watch_error_handler(move |e| *errors.lock() = Some(e.to_string()));
-        let (synced, waited) = (informer.clone(), informer.clone());
+        if let Some(hook) = self.inner.reflector_trace.lock().clone() {
+            let name = name.clone();
+            let _ = informer.on_reflector_trace(move |trace| hook(&name, trace));
+        }
+        let (synced, waited, sized) = (informer.clone(), informer.clone(), informer.clone());
         informers.push(Tracked {
             name,
             listed,
@@ -511,6 +524,11 @@ impl Cache {
                 Box::pin(async move { informer.wait_synced().await })
             }),
             last_error,
+            size: Box::new(move || {
+                let objects = sized.get_indexer().list();
+                let bytes = objects.iter().map(|o| o.json().len()).sum();
+                (objects.len(), bytes, sized.last_sync_resource_version())
+            }),
         });
         true
     }
@@ -545,6 +563,36 @@ impl Cache {
     pub fn informers(&self) -> Vec<CachedInformer> {
         let informers = self.inner.informers.lock();
         informers.iter().map(|t| t.listed.clone()).collect()
+    }
+
+    /// Has `hook` told every step of the reflectors of informers made from now on.
+    pub(crate) fn trace_reflectors(&self, hook: ReflectorTrace) {
+        *self.inner.reflector_trace.lock() = Some(hook);
+    }
+
+    /// What each informer made so far holds, for the debug pages: objects, bytes, last
+    /// resourceVersion, synced, last error. Counting the bytes walks the cache.
+    pub(crate) fn informer_stats(&self) -> Vec<super::debug::InformerStats> {
+        let informers = self.inner.informers.lock();
+        informers
+            .iter()
+            .map(|t| {
+                let (objects, bytes, resource_version) = (t.size)();
+                let resource = &t.listed.resource;
+                super::debug::InformerStats {
+                    name: t.name.clone(),
+                    group: resource.group.clone(),
+                    version: resource.version.clone(),
+                    kind: resource.kind.clone(),
+                    namespace: t.listed.namespace.clone(),
+                    objects,
+                    bytes,
+                    resource_version,
+                    synced: (t.synced)(),
+                    last_error: t.last_error.lock().clone(),
+                }
+            })
+            .collect()
     }
 
     /// Whether every informer made so far has synced.

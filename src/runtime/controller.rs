@@ -160,6 +160,7 @@ use workqueue::{
 };
 
 use super::cache::{self, CacheError, CachedKind, with_read_your_writes};
+use super::debug::{ControllerTrace, Retry, WatchEvent, error_line};
 use super::manager::{Manager, ManagerError};
 use super::metrics::{ControllerMetrics, ReconcileResult};
 use super::predicate::{self, Event, Predicate};
@@ -714,9 +715,14 @@ impl<K: CachedKind> Controller<K> {
             .manager
             .metrics()
             .controller(&name, self.max_concurrent);
+        let trace = self.manager.debug_pages().map(|d| d.controller(&name));
+        let mut provider = self.manager.metrics().workqueue(&name);
+        if let Some(trace) = &trace {
+            provider = trace.queue_metrics(provider);
+        }
         let config = QueueConfig::new()
             .name(name.clone())
-            .metrics_provider(self.manager.metrics().workqueue(&name));
+            .metrics_provider(provider);
         let queue = match self.rate_limiter {
             Some(limiter) => RateLimitingQueue::with_config(limiter, config),
             None => RateLimitingQueue::with_config(default_controller_rate_limiter(), config),
@@ -724,10 +730,15 @@ impl<K: CachedKind> Controller<K> {
         let filters: Arc<[Predicate]> = self.event_filters.into();
         let store = self.manager.store::<K>()?;
         let for_predicate = combine(self.for_predicates);
+        if let Some(trace) = &trace {
+            let queue = queue.clone();
+            trace.set_delayed(move || queue.pending_delayed());
+        }
         let target = Target {
             queue: queue.clone(),
             filters,
             priorities: self.priorities,
+            trace: trace.clone(),
         };
         let on_delete = match self.on_delete {
             Some(on_delete) => {
@@ -779,6 +790,7 @@ impl<K: CachedKind> Controller<K> {
             max_concurrent: self.max_concurrent,
             timeout,
             on_delete,
+            trace,
         };
         let cache = self.manager.cache().clone();
         self.manager
@@ -823,6 +835,8 @@ struct Target {
     filters: Arc<[Predicate]>,
     /// Initial-list events and unchanged resyncs enter at [`LOW_PRIORITY`].
     priorities: bool,
+    /// The debug pages' recorder, when they are on.
+    trace: Option<Arc<ControllerTrace>>,
 }
 
 /// Registers, on every informer of kind `D`, a handler that puts the keys `map` gives for
@@ -836,6 +850,7 @@ fn wire<D: CachedKind>(
 ) -> Result<(), CacheError> {
     let store = manager.store::<D>()?;
     let handler = Arc::new(Enqueue {
+        kind: D::KIND,
         target: target.clone(),
         predicate,
         both_on_update,
@@ -850,6 +865,8 @@ fn wire<D: CachedKind>(
 
 /// The event handler behind every watch: filter, map to keys, queue.
 struct Enqueue<D, M> {
+    /// The watched kind, for the debug pages.
+    kind: &'static str,
     target: Target,
     predicate: Option<Predicate>,
     /// Map the old object too on an update (owners may differ); the object's own key is the
@@ -871,6 +888,23 @@ where
 
     /// Queues the keys of `obj`, at [`LOW_PRIORITY`] if `low` and the controller uses
     /// priorities.
+    /// Tells the debug pages (when on) what the event did for each key `obj` maps to.
+    fn trace(&self, obj: &Raw<D>, verb: &str, passed: bool, low: bool) {
+        if let Some(trace) = &self.target.trace {
+            use informer::Object;
+            let object = informer::key_of(obj);
+            let event = WatchEvent {
+                kind: self.kind,
+                verb,
+                object: &object,
+                resource_version: obj.resource_version(),
+                passed,
+                low: low && self.target.priorities,
+            };
+            (self.map)(obj, &mut |key| trace.watch_event(&key, &event));
+        }
+    }
+
     fn enqueue(&self, obj: &Raw<D>, low: bool) {
         let queue = &self.target.queue;
         if low && self.target.priorities {
@@ -887,19 +921,36 @@ where
     M: Fn(&Raw<D>, &mut dyn FnMut(Key)) + Send + Sync + 'static,
 {
     fn on_add(&self, obj: &Arc<Raw<D>>, initial: bool) {
-        if self.passes(&Event::Create(&**obj)) {
+        let passed = self.passes(&Event::Create(&**obj));
+        if self.target.trace.is_some() {
+            let verb = if initial { "add (initial list)" } else { "add" };
+            self.trace(obj, verb, passed, initial);
+        }
+        if passed {
             self.enqueue(obj, initial);
         }
     }
 
     fn on_update(&self, old: &Arc<Raw<D>>, new: &Arc<Raw<D>>) {
-        if self.passes(&Event::Update {
+        // A resync re-delivers an object unchanged: same resourceVersion.
+        use informer::Object;
+        let passed = self.passes(&Event::Update {
             old: &**old,
             new: &**new,
-        }) {
-            // A resync re-delivers an object unchanged: same resourceVersion.
-            use informer::Object;
-            let unchanged = (**old).resource_version() == (**new).resource_version();
+        });
+        let unchanged = (**old).resource_version() == (**new).resource_version();
+        if self.target.trace.is_some() {
+            let verb = if unchanged {
+                "update (resync)"
+            } else {
+                "update"
+            };
+            if self.both_on_update {
+                self.trace(old, verb, passed, unchanged);
+            }
+            self.trace(new, verb, passed, unchanged);
+        }
+        if passed {
             if self.both_on_update {
                 self.enqueue(old, unchanged);
             }
@@ -909,10 +960,14 @@ where
 
     fn on_delete(&self, obj: &DeletedObject<Raw<D>>) {
         // A tombstone without its last state cannot be mapped: nothing is known of it.
-        if let Some(obj) = obj.object()
-            && self.passes(&Event::Delete(&**obj))
-        {
-            self.enqueue(obj, false);
+        if let Some(obj) = obj.object() {
+            let passed = self.passes(&Event::Delete(&**obj));
+            if self.target.trace.is_some() {
+                self.trace(obj, "delete", passed, false);
+            }
+            if passed {
+                self.enqueue(obj, false);
+            }
         }
     }
 }
@@ -1012,6 +1067,8 @@ pub(crate) struct Workers<K, C> {
     /// With [`Controller::on_delete`]: what runs for a deleted object, and the last states
     /// waiting for it.
     on_delete: Option<(OnDelete<K>, Graves<K>)>,
+    /// The debug pages' recorder, when they are on.
+    trace: Option<Arc<ControllerTrace>>,
 }
 
 impl<K, C> Workers<K, C>
@@ -1040,7 +1097,13 @@ where
                             },
                         };
                         let (key, priority) = key;
+                        if let Some(trace) = &this.trace {
+                            trace.started(&key, priority);
+                        }
                         this.process(&key, priority, &stop).await;
+                        if let Some(trace) = &this.trace {
+                            trace.settled(&key);
+                        }
                         this.queue.done(&key);
                     }
                 }
@@ -1099,17 +1162,24 @@ where
                     self.queue.forget(key);
                     let after = AddOpts::new().priority(requeue_at).after(delay);
                     self.queue.add_with(key.clone(), after);
+                    if let Some(trace) = &self.trace {
+                        trace.retry(key, Retry::After, Some(delay), 0, None);
+                    }
                     ReconcileResult::RequeueAfter
                 }
                 Next::Requeue => {
                     let retry = AddOpts::new().priority(requeue_at).rate_limited();
-                    self.queue.add_with(key.clone(), retry);
+                    let delay = self.queue.add_with(key.clone(), retry);
+                    if let Some(trace) = &self.trace {
+                        let failures = self.queue.num_requeues(key);
+                        trace.retry(key, Retry::Requeue, Some(delay), failures, None);
+                    }
                     ReconcileResult::Requeue
                 }
             },
             Err(failure) => self.failed(key, failure, requeue_at),
         };
-        self.finish(result, elapsed);
+        self.finish(key, result, elapsed);
     }
 
     /// Runs `on_delete` for the oldest deleted state of `key`; once it is done with (it
@@ -1155,7 +1225,7 @@ where
                 self.queue.add(key.clone());
             }
         }
-        self.finish(result, elapsed);
+        self.finish(key, result, elapsed);
     }
 
     /// The span every line of one reconcile of `key` is logged in.
@@ -1210,10 +1280,15 @@ where
     /// unless the error is terminal.
     fn failed(&self, key: &Key, failure: Failure, priority: i32) -> ReconcileResult {
         self.metrics.error();
+        let line = self.trace.as_ref().map(|_| failure_line(&failure));
         match failure {
             Failure::Error(error) if error.is_terminal() => {
                 self.metrics.terminal_error();
                 tracing::error!(%error, "reconcile failed; not retrying");
+                if let Some(trace) = &self.trace {
+                    let failures = self.queue.num_requeues(key);
+                    trace.retry(key, Retry::Error, None, failures, line);
+                }
                 return ReconcileResult::Error;
             }
             Failure::Error(error) => {
@@ -1235,11 +1310,18 @@ where
             }
         }
         let retry = AddOpts::new().priority(priority).rate_limited();
-        self.queue.add_with(key.clone(), retry);
+        let delay = self.queue.add_with(key.clone(), retry);
+        if let Some(trace) = &self.trace {
+            let failures = self.queue.num_requeues(key);
+            trace.retry(key, Retry::Error, Some(delay), failures, line);
+        }
         ReconcileResult::Error
     }
 
-    fn finish(&self, result: ReconcileResult, elapsed: Duration) {
+    fn finish(&self, key: &Key, result: ReconcileResult, elapsed: Duration) {
+        if let Some(trace) = &self.trace {
+            trace.finished(key, result.as_label(), elapsed);
+        }
         tracing::debug!(
             result = result.as_label(),
             elapsed_ms = elapsed.as_millis() as u64,
@@ -1250,6 +1332,15 @@ where
 }
 
 /// Polls a future, turning a panic inside it into an `Err` with the panic's payload.
+/// A failure's first line, for the debug pages.
+fn failure_line(failure: &Failure) -> String {
+    match failure {
+        Failure::Error(error) => error_line(error),
+        Failure::Panic(panic) => format!("panicked: {}", error_line(&panic_message(&**panic))),
+        Failure::Timeout(timeout) => format!("timed out after {timeout:?}"),
+    }
+}
+
 struct CatchUnwind<F>(F);
 
 impl<F: Future + Unpin> Future for CatchUnwind<F> {

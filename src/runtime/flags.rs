@@ -70,7 +70,8 @@
 //! As kubebuilder's scaffold names them, with its defaults: `--metrics-bind-address`,
 //! `--metrics-secure` and `--metrics-cert-path/-name/-key`; `--health-probe-bind-address`;
 //! `--leader-elect`, `--leader-election-namespace` and the three lease durations;
-//! `--enable-http2`; `--webhook-cert-path/-name/-key` (`--cert-dir` is the same as
+//! `--enable-http2`; `--enable-debug-pages` (ours: see [`debug`](super::debug));
+//! `--webhook-cert-path/-name/-key` (`--cert-dir` is the same as
 //! `--webhook-cert-path`), `--webhook-port` and `--webhook-host`. Then `--kubeconfig`, `--namespace`,
 //! `--kube-api-qps/--kube-api-burst`, `--log-level` and `--log-format`. Booleans are
 //! Go-style (`--metrics-secure=false`), durations are a whole number and a unit (`15s`,
@@ -121,6 +122,12 @@ pub struct ManagerArgs {
     /// The metrics server's certificate file in --metrics-cert-path.
     #[arg(long, default_value = "tls.crt")]
     pub metrics_cert_name: String,
+    /// Serve /debug/controllers (and /debug/controllers.json) on the metrics address: a
+    /// live page of the controllers' queues, keys, backoff and caches, behind the same
+    /// authentication and authorization as /metrics (get on the non-resource URLs).
+    #[arg(long, default_value_t = false, value_parser = go_bool, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub enable_debug_pages: bool,
     /// The metrics server's key file in --metrics-cert-path.
     #[arg(long, default_value = "tls.key")]
     pub metrics_cert_key: String,
@@ -243,6 +250,7 @@ impl ManagerArgs {
             metrics_secure: self.secure_metrics(),
             health_probe_bind_address: self.health_probe_bind_address.0,
             leader_election: self.leader_election(leader_election_id, config),
+            debug_pages: self.enable_debug_pages,
             cache: CacheOptions {
                 namespaces: self.namespace.iter().cloned().collect(),
                 ..CacheOptions::default()
@@ -641,6 +649,24 @@ mod tests {
         assert!(parse(&["--leader-elect", "false"]).is_err());
         let err = parse(&["--enable-http2=yes"]).unwrap_err().to_string();
         assert!(err.contains("\"yes\": expected true or false"), "{err}");
+    }
+
+    #[test]
+    fn debug_pages_are_off_unless_the_flag_turns_them_on() {
+        let off = parse(&[])
+            .unwrap()
+            .manager_options("id", &config())
+            .unwrap();
+        assert!(!off.debug_pages);
+        let on = parse(&["--enable-debug-pages"]).unwrap();
+        assert!(on.manager_options("id", &config()).unwrap().debug_pages);
+        let explicit = parse(&["--enable-debug-pages=false"]).unwrap();
+        assert!(
+            !explicit
+                .manager_options("id", &config())
+                .unwrap()
+                .debug_pages
+        );
     }
 
     #[test]

@@ -482,6 +482,16 @@ impl LeaderElector {
             .unwrap_or_default()
     }
 
+    /// When the holder last observed acquired the lease (its `acquireTime`), if the lease
+    /// says.
+    pub fn acquired_at(&self) -> Option<std::time::SystemTime> {
+        let state = self.state.lock();
+        let observed = state.observed.as_ref()?;
+        let at = observed.record.acquire_time.as_ref()?;
+        let millis = u64::try_from(at.0.as_millisecond()).ok()?;
+        Some(std::time::UNIX_EPOCH + Duration::from_millis(millis))
+    }
+
     /// The lease's `leaseTransitions` as last read or written: while this elector leads, the
     /// number of its term, which no other term of the same lease shares. Logs and audits
     /// tell leaders apart by it.

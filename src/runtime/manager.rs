@@ -62,6 +62,7 @@ use tracing::{Instrument, Span};
 
 use super::auth::Authorizer;
 use super::cache::{Cache, CacheError, CacheOptions, CachedKind, Store};
+use super::debug::DebugPages;
 use super::events::{Recorder, default_instance};
 use super::leader_election::{LeaderElectionConfig, LeaderElector};
 use super::metrics::Metrics;
@@ -154,6 +155,11 @@ pub struct ManagerOptions {
     /// and retried with backoff. `None` (the default, as controller-runtime's
     /// `ReconciliationTimeout`): no limit.
     pub reconcile_timeout: Option<Duration>,
+    /// Serve [`/debug/controllers`](super::debug) (and its JSON) on the metrics server's
+    /// address, behind its authorization when secure: a live page of the controllers'
+    /// queues, keys, backoff and caches (kubebuilder-style flag `--enable-debug-pages`).
+    /// Default false: nothing is recorded.
+    pub debug_pages: bool,
     /// The client's options (rate limit, timeouts). Default [`ClientOptions::default`]: 20
     /// QPS with bursts of 30 (controller-runtime v0.24's `GetConfig` sets no client-side
     /// limit; set `client.rate_limit` to `None` for the same).
@@ -170,6 +176,7 @@ impl Default for ManagerOptions {
             cache: CacheOptions::default(),
             graceful_shutdown_timeout: Duration::from_secs(30),
             reconcile_timeout: None,
+            debug_pages: false,
             client: ClientOptions::default(),
         }
     }
@@ -238,6 +245,8 @@ struct Shared {
     /// When the configuration's client certificate expires, if it has one: the server
     /// answers an expired one with a bare 401, which the preflight explains with this.
     client_cert_not_after: Option<SystemTime>,
+    /// The debug pages' recorder, when they are on.
+    debug: Option<DebugPages>,
 }
 
 /// Where the servers listen, once they do.
@@ -311,7 +320,19 @@ impl Manager {
         cache_options
             .informer_metrics
             .get_or_insert_with(|| metrics.informers());
+        let debug = options.debug_pages.then(DebugPages::default);
+        if let (Some(debug), Some(provider)) = (&debug, &mut cache_options.informer_metrics) {
+            *provider = debug.informer_metrics(provider.clone());
+        }
         let cache = Cache::new(client.clone(), cache_options);
+        if let Some(debug) = &debug {
+            let traced = debug.clone();
+            cache.trace_reflectors(Arc::new(move |name, trace| {
+                traced.informer(name).reflector(trace);
+            }));
+            let sized = cache.clone();
+            debug.set_informer_stats(Box::new(move || sized.informer_stats()));
+        }
         cache.register_metrics(&metrics);
         let healthz = Checks::new();
         let readyz = Checks::new();
@@ -342,6 +363,7 @@ impl Manager {
                 state: Mutex::new(State::default()),
                 recorders: Mutex::new(Vec::new()),
                 client_cert_not_after,
+                debug,
             }),
         })
     }
@@ -397,6 +419,12 @@ impl Manager {
         let store = self.shared.cache.store::<K>()?;
         self.add_rbac(rbac::cache_rule::<K>());
         Ok(store)
+    }
+
+    /// The recorder behind [`/debug/controllers`](super::debug), when
+    /// [`ManagerOptions::debug_pages`] is on.
+    pub fn debug_pages(&self) -> Option<&DebugPages> {
+        self.shared.debug.as_ref()
     }
 
     /// The manager's metrics registry, served on `/metrics`.
@@ -768,20 +796,28 @@ impl Run {
             let addr = listener.local_addr().unwrap_or(addr);
             shared.bound.send_modify(|b| b.metrics = Some(addr));
             tracing::info!(%addr, secure = tls.is_some(), "serving metrics");
+            if shared.debug.is_some() {
+                let scheme = if tls.is_some() { "https" } else { "http" };
+                let page = format!("{scheme}://{addr}{}", super::debug::PAGE_PATH);
+                tracing::info!(%page, "serving the debug pages");
+            }
             let metrics = shared.metrics.clone();
+            let debug = shared.debug.clone();
             let stop = self.stopped_all();
             match (tls, &options.metrics_secure) {
                 (Some(tls), Some(secure)) => {
                     let authorizer = secure
                         .authorize
                         .then(|| Authorizer::new(self.manager.client()));
-                    let serve =
-                        server::serve_metrics_secure(listener, metrics, tls, authorizer, stop);
+                    let serve = server::serve_metrics_secure_with(
+                        listener, metrics, debug, tls, authorizer, stop,
+                    );
                     self.servers.spawn(ignore(serve));
                 }
                 _ => {
-                    self.servers
-                        .spawn(ignore(server::serve_metrics(listener, metrics, stop)));
+                    self.servers.spawn(ignore(server::serve_metrics_with(
+                        listener, metrics, debug, stop,
+                    )));
                 }
             }
         }
@@ -818,9 +854,14 @@ impl Run {
         tokio::pin!(synced);
         let elector = match &shared.options.leader_election {
             Some(config) => match LeaderElector::new(self.manager.client(), config.clone()) {
-                Ok(elector) => Some(Arc::new(
-                    elector.with_status(shared.metrics.leader_status(&config.lease_name)),
-                )),
+                Ok(elector) => {
+                    let status = shared.metrics.leader_status(&config.lease_name);
+                    let elector = Arc::new(elector.with_status(status));
+                    if let Some(debug) = &shared.debug {
+                        debug.set_leader(elector.clone());
+                    }
+                    Some(elector)
+                }
                 Err(e) => return End::Stop(Err(ManagerError::LeaderElection(e))),
             },
             None => None,

@@ -26,6 +26,11 @@
 //!   set-up (text or JSON, `RUST_LOG`); and the check before start that every cached kind
 //!   can be listed, which stops a configuration that cannot work with one line.
 //! * [`leader_election`] — Lease-based leader election (15 s / 10 s / 2 s).
+//! * [`debug`] — `/debug/controllers` on the metrics address (off by default;
+//!   [`ManagerOptions::debug_pages`], `--enable-debug-pages`): a live page, and its JSON, of
+//!   each controller's queue, keys in flight and waiting with their backoff, last reconciles,
+//!   each informer's cache, the lease, and one key's story (`debug/page.rs`: the HTML and
+//!   its polling script).
 //! * [`metrics`] and [`server`] — `/metrics` with controller-runtime's metric names, and
 //!   `/healthz` and `/readyz` with its response format (`server/{health, metrics,
 //!   address}.rs`: the checks, the metrics server, the bind-address flags); [`auth`] —
@@ -130,6 +135,7 @@ pub mod conditions;
 pub mod controller;
 pub mod conversion;
 pub mod crd;
+pub mod debug;
 pub mod events;
 pub mod finalizer;
 pub mod flags;

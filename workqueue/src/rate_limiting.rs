@@ -124,7 +124,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> RateLimitingQueue<T> {
 
     /// Adds `item` as `opts` say: after `opts.after`, or after the limiter's delay if
     /// `opts.rate_limited` (the shorter of the two if both are set, as in controller-runtime),
-    /// with `opts.priority`. A zero delay adds it now.
+    /// with `opts.priority`. A zero delay adds it now. Returns the delay it was added with.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -136,7 +136,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> RateLimitingQueue<T> {
     /// assert_eq!(queue.get_with_priority().await, Some(("default/web", -100)));
     /// # }
     /// ```
-    pub fn add_with(&self, item: T, opts: AddOpts) {
+    pub fn add_with(&self, item: T, opts: AddOpts) -> Duration {
         let mut delay = opts.after;
         if opts.rate_limited {
             let limited = self.limiter.when(&item);
@@ -150,6 +150,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> RateLimitingQueue<T> {
             self.queue
                 .add_after_with_priority(item, delay, opts.priority);
         }
+        delay
     }
 
     /// Clears the limiter's failure history for `item`, so its next failure starts over at the

@@ -140,6 +140,7 @@ fn workers_of<C>(
         max_concurrent,
         timeout: None,
         on_delete: None,
+        trace: None,
     };
     (workers, metrics)
 }
@@ -575,10 +576,12 @@ type Handler = Enqueue<ConfigMap, fn(&Raw<ConfigMap>, &mut dyn FnMut(Key))>;
 fn handler(priorities: bool) -> (Queue, Handler) {
     let queue = RateLimitingQueue::new(default_controller_rate_limiter());
     let handler = Enqueue {
+        kind: "ConfigMap",
         target: Target {
             queue: queue.clone(),
             filters: Arc::new([]),
             priorities,
+            trace: None,
         },
         predicate: None,
         both_on_update: false,
@@ -687,4 +690,51 @@ async fn a_requeue_keeps_the_priority_unless_the_action_sets_one() {
         );
         workers.queue.done(&key);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_debug_pages_follow_a_key_through_failures_backoff_and_success() {
+    let script = Arc::new(Script::default());
+    script.answer("ns/a", vec![Answer::Err, Answer::Err]);
+    let pages = crate::runtime::debug::DebugPages::default();
+    let (mut workers, _) = workers(&script, 1);
+    workers.trace = Some(pages.controller("test"));
+    let queue = workers.queue.clone();
+    queue.add("ns/a".into());
+    run_until(workers, &script, || script.count("ns/a") == 3).await;
+    let snapshot = pages.snapshot(Some("ns/a"));
+    let controller = &snapshot.controllers[0];
+    let results: Vec<_> = controller
+        .recent
+        .iter()
+        .map(|r| r.result.as_str())
+        .collect();
+    assert_eq!(results, ["success", "error", "error"], "newest first");
+    assert_eq!(controller.recent[1].error.as_deref(), Some("boom"));
+    assert!(controller.waiting.is_empty(), "success clears the wait");
+    assert!(controller.in_flight.is_empty());
+    assert_eq!(controller.reconciles_total, 3);
+    let story = snapshot.story.expect("asked for a key");
+    let kinds: Vec<_> = story.events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            "started",
+            "retry",
+            "failed",
+            "started",
+            "retry",
+            "failed",
+            "started",
+            "reconciled"
+        ]
+    );
+    assert!(
+        story.events[1].what.contains("failed (1 so far): boom"),
+        "{story:?}"
+    );
+    assert!(
+        story.events[4].what.contains("failed (2 so far): boom"),
+        "{story:?}"
+    );
 }

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use super::{Error, text_response};
 use crate::runtime::auth::Authorizer;
 use crate::runtime::certwatcher::CertWatcher;
+use crate::runtime::debug::{self, DebugPages};
 use crate::runtime::metrics::{self, Metrics};
 use crate::runtime::serve::{Certificate, NOT_FOUND, Tls, serve};
 
@@ -37,7 +38,18 @@ pub async fn serve_metrics(
     metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let handler = move |req: Request<Incoming>| std::future::ready(scrape(&metrics, &req));
+    serve_metrics_with(listener, metrics, None, shutdown).await
+}
+
+/// [`serve_metrics`], with the [debug pages](crate::runtime::debug) too when `debug` is set.
+pub(crate) async fn serve_metrics_with(
+    listener: TcpListener,
+    metrics: Metrics,
+    debug: Option<DebugPages>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let handler =
+        move |req: Request<Incoming>| std::future::ready(scrape(&metrics, debug.as_ref(), &req));
     serve(listener, None, handler, shutdown, "metrics").await;
     Ok(())
 }
@@ -65,11 +77,27 @@ pub async fn serve_metrics_secure(
     authorizer: Option<Authorizer>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    serve_metrics_secure_with(listener, metrics, None, tls, authorizer, shutdown).await
+}
+
+/// [`serve_metrics_secure`], with the [debug pages](crate::runtime::debug) too when `debug`
+/// is set, behind the same authorization as `/metrics`.
+pub(crate) async fn serve_metrics_secure_with(
+    listener: TcpListener,
+    metrics: Metrics,
+    debug: Option<DebugPages>,
+    tls: MetricsTls,
+    authorizer: Option<Authorizer>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let metrics = Arc::new(metrics);
     let handler = move |req: Request<Incoming>| {
-        let (metrics, authorizer) = (metrics.clone(), authorizer.clone());
+        let (metrics, authorizer, debug) = (metrics.clone(), authorizer.clone(), debug.clone());
         async move {
-            if let (Some(authorizer), "/metrics") = (&authorizer, req.uri().path()) {
+            let path = req.uri().path();
+            let guarded = path == "/metrics"
+                || (debug.is_some() && (path == debug::PAGE_PATH || path == debug::JSON_PATH));
+            if let (Some(authorizer), true) = (&authorizer, guarded) {
                 let verdict = authorizer
                     .check(
                         req.headers().get(AUTHORIZATION),
@@ -81,7 +109,7 @@ pub async fn serve_metrics_secure(
                     return text_response(status, body, "text/plain; charset=utf-8");
                 }
             }
-            scrape(&metrics, &req)
+            scrape(&metrics, debug.as_ref(), &req)
         }
     };
     serve(listener, Some(tls.0), handler, shutdown, "metrics").await;
@@ -89,7 +117,21 @@ pub async fn serve_metrics_secure(
 }
 
 /// The answer to a request to the metrics server, once allowed.
-fn scrape(metrics: &Metrics, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn scrape(
+    metrics: &Metrics,
+    debug: Option<&DebugPages>,
+    req: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    if let Some((body, content_type)) =
+        debug.and_then(|d| d.respond(req.uri().path(), req.uri().query()))
+    {
+        let mut response = text_response(StatusCode::OK, body, content_type);
+        let no_store = http::HeaderValue::from_static("no-store");
+        response
+            .headers_mut()
+            .insert(http::header::CACHE_CONTROL, no_store);
+        return response;
+    }
     if req.uri().path() != "/metrics" {
         return text_response(
             StatusCode::NOT_FOUND,

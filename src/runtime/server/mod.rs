@@ -50,6 +50,7 @@ mod metrics;
 pub use address::parse_bind_address;
 pub use health::{Check, Checks, check, ping, serve_probes};
 pub use metrics::{MetricsTls, SecureMetricsOptions, serve_metrics, serve_metrics_secure};
+pub(crate) use metrics::{serve_metrics_secure_with, serve_metrics_with};
 
 /// What the probe and metrics servers can reject.
 #[derive(Debug, thiserror::Error)]
