@@ -99,6 +99,11 @@ pub(super) fn content(s: &Snapshot) -> String {
             .map(|d| format!("{}: {}", d.priority, d.depth))
             .collect::<Vec<_>>()
             .join(", ");
+        let by_priority = if by_priority.is_empty() {
+            "none".to_owned()
+        } else {
+            by_priority
+        };
         let _ = write!(
             out,
             "<section class=\"controller\" data-controller=\"{name}\"><h2>controller {name}</h2>\
@@ -289,7 +294,7 @@ const SCRIPT: &str = r#"(function () {
         })) + "</div></section>";
     }
     s.controllers.forEach(function (c) {
-      var bp = c.depth_by_priority.map(function (d) { return d.priority + ": " + d.depth; }).join(", ");
+      var bp = c.depth_by_priority.map(function (d) { return d.priority + ": " + d.depth; }).join(", ") || "none";
       h += '<section class="controller" data-controller="' + esc(c.name) + '"><h2>controller ' + esc(c.name) + "</h2>" +
         '<p>queue depth <b data-field="queue_depth">' + c.queue_depth + "</b> " +
         '(by priority: <span data-field="depth_by_priority">' + esc(bp) + "</span>), " +
