@@ -140,6 +140,7 @@ fn workers_of<C>(
         max_concurrent,
         timeout: None,
         on_delete: None,
+        sharding: None,
     };
     (workers, metrics)
 }
@@ -579,6 +580,7 @@ fn handler(priorities: bool) -> (Queue, Handler) {
             queue: queue.clone(),
             filters: Arc::new([]),
             priorities,
+            skip_unchanged: false,
         },
         predicate: None,
         both_on_update: false,
