@@ -132,6 +132,14 @@ where
     async fn watch(&self, options: &WatchOptions) -> LwResult<ApiEventStream<K>> {
         let filter = self.filter.lock().clone();
         let (generation, selector) = match &filter {
+            // A streaming list (WatchList) is the list: it takes the narrowing now.
+            Some(filter) if options.send_initial_events => {
+                let mut selector = self.selector.clone();
+                let generation = filter.generation();
+                selector.shards = filter.shard_selector();
+                *self.listed.lock() = (generation, selector.clone());
+                (generation, selector)
+            }
             Some(_) => self.listed.lock().clone(),
             None => (0, self.selector.clone()),
         };

@@ -2,8 +2,9 @@
 //! hundred Memcacheds of size 0 (so that the cluster's own controllers have no Pods to
 //! make). The test proves, from the cluster and from the operators' JSON logs:
 //!
-//! - every Memcached converges, each reconciled by the replica whose ranges hold the hash
-//!   of its uid, exactly as the assignment from the sorted identities says;
+//! - every Memcached converges; each replica settles on the ranges the assignment from the
+//!   sorted identities gives it, its cache holds exactly the Memcacheds whose uid hashes
+//!   into them, and it reconciles only keys of its active ranges;
 //! - after one replica is killed with SIGKILL and another one added, the ranges are taken
 //!   over (the survivors' and the newcomer's active ranges cover the hash space again) and
 //!   every Memcached, old and new, converges again;
@@ -120,6 +121,8 @@ struct Audit {
     reconciles: Vec<Interval>,
     /// Each change of its active ranges: when, and the ranges.
     active: Vec<(i64, Ranges)>,
+    /// The sizes its cache of Memcacheds reported, in order.
+    cached: Vec<usize>,
 }
 
 impl Audit {
@@ -139,6 +142,11 @@ impl Audit {
                 "shard ranges active" => {
                     let ranges = fields["ranges"].as_str().unwrap_or_default();
                     audit.active.push((at, ranges.parse().unwrap()));
+                }
+                "shard cache" if fields["kind"] == "Memcached" => {
+                    audit
+                        .cached
+                        .push(fields["cached"].as_u64().unwrap() as usize);
                 }
                 "shard reconcile started" => {
                     let span = span.expect("a shard reconcile logs in its reconcile span");
@@ -243,6 +251,36 @@ async fn sharded_replicas_split_the_keys_hand_over_and_never_reconcile_one_key_t
         println!(
             "{identity}: ranges {ranges:?} ({:.3} of the space)",
             ranges.share()
+        );
+    }
+
+    // Each replica's cache holds exactly the Memcacheds of its ranges, as its "shard cache"
+    // reports say.
+    let hashes: Vec<u64> = memcacheds
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|m| fnv1a64(m.metadata.uid.as_deref().unwrap()))
+        .collect();
+    for (replica, (identity, ranges)) in replicas.iter().zip(&split) {
+        let expected = hashes.iter().filter(|h| ranges.contains(**h)).count();
+        wait_until(
+            &format!("{identity}'s cache holding its share"),
+            CONVERGE,
+            async || {
+                let cached = replica.audit().cached.last().copied();
+                (cached == Some(expected))
+                    .then_some(())
+                    .ok_or(format!("cached {cached:?}, want {expected}"))
+            },
+        )
+        .await;
+        println!(
+            "{identity}: cache holds {expected} of {} Memcacheds ({:.3})",
+            hashes.len(),
+            expected as f64 / hashes.len() as f64
         );
     }
 

@@ -258,7 +258,8 @@ impl Ranges {
 
     /// The fraction of the hash space the set covers.
     pub fn share(&self) -> f64 {
-        self.ranges.iter().map(HashRange::share).sum()
+        // `+ 0.0`: an empty sum of floats is -0.0.
+        self.ranges.iter().map(HashRange::share).sum::<f64>() + 0.0
     }
 
     /// The `shardSelector` for the set on field `key`: its ranges joined by ` || `, the
