@@ -183,8 +183,8 @@ func up(dir string, nodes int) (err error) {
 		// see etcd's own 410 Gone after `testenv compact`; every other resource is cached,
 		// as in any cluster.
 		"--watch-cache-sizes=podtemplates#0",
-		// Server-side sharded LIST and WATCH (KEP-5866, alpha in 1.36): the `shardSelector`
-		// parameter the runtime's sharded controllers send (src/runtime/shard/).
+		// Server-side sharded list and watch (KEP-5866, alpha in 1.36): the runtime's
+		// sharded controllers ask for their slice with a shardSelector.
 		"--feature-gates=ShardedListAndWatch=true",
 	}, st.APIServer)
 	if err != nil {
