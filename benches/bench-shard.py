@@ -170,6 +170,17 @@ def converged_count(ns):
                if (m.get("status") or {}).get("observedGeneration") == m["metadata"]["generation"])
 
 
+def release(ns):
+    """The operators are gone: drops every Memcached's finalizer (one replace of the whole
+    list) so that the namespace can go, and deletes it without waiting."""
+    listed = json.loads(kubectl("get", "memcacheds", "-n", ns, "-o", "json"))
+    for item in listed["items"]:
+        item["metadata"].pop("finalizers", None)
+    if listed["items"]:
+        kubectl("replace", "-f", "-", stdin=json.dumps(listed), check=False)
+    kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
 def run(binary, rnd, config, n, timeout):
     ns = f"shard-bench-{os.getpid()}-{rnd}-{config}"
     kubectl("create", "namespace", ns)
@@ -223,12 +234,7 @@ def run(binary, rnd, config, n, timeout):
     for r in replicas:
         if r.dead is None:
             stop(r.proc)
-    # The operators are gone: drop the finalizers so that the namespace can go.
-    names = kubectl("get", "memcacheds", "-n", ns, "-o", "name").split()
-    for name in names:
-        kubectl("patch", name, "-n", ns, "--type=merge", "-p",
-                '{"metadata":{"finalizers":null}}', check=False)
-    kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    release(ns)
     return {"round": rnd, "replicas": config, "converge_s": elapsed, "overlaps": overlaps,
             "takeover_s": takeover, "largest_share": max(shares) if shares else None,
             "shares": shares, "reconciles": sum(len(r[0]) for r in reads)}

@@ -165,15 +165,15 @@ where
     }
 }
 
+/// Completes when a [`ListFilter`]'s generation moves.
+type Changed = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// A watch through the client, as the reflector sees it.
 pub struct ApiEventStream<K> {
     stream: WatchStream<K>,
     /// The filter, and the signal of its change, which ends the watch as `Gone` so that
     /// the reflector lists again.
-    filter: Option<(
-        Arc<dyn ListFilter<K>>,
-        Pin<Box<dyn Future<Output = ()> + Send>>,
-    )>,
+    filter: Option<(Arc<dyn ListFilter<K>>, Changed)>,
 }
 
 impl<K> std::fmt::Debug for ApiEventStream<K> {

@@ -21,11 +21,14 @@ pub fn hash_of<K: Send + Sync + 'static>(key: ShardKey, raw: &Raw<K>) -> Option<
     }
 }
 
+/// The shard hash of a queued key's object, if it is cached.
+type HashOfKey = Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
+
 /// A controller's side of sharding: its shard and how to hash its keys (the primary
 /// object's uid, from the cache).
 pub(crate) struct Sharding {
     shard: Shard,
-    hash: Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>,
+    hash: HashOfKey,
 }
 
 impl Sharding {
