@@ -51,7 +51,9 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::client::{Api, ApiListerWatcher, ApiResource, Client, Selector, WatchObject};
+use crate::client::{
+    Api, ApiListerWatcher, ApiResource, Client, FilterSlot, Selector, WatchObject,
+};
 
 /// The scope of a kind, as the factory needs it: how to reach its objects.
 ///
@@ -135,6 +137,8 @@ struct Entry {
     /// `K`'s name, for the error when another representation of the kind is asked for.
     type_name: &'static str,
     runnable: Arc<dyn Runnable>,
+    /// The [`FilterSlot<K>`] its lister-watcher reads.
+    filter: Arc<dyn Any + Send + Sync>,
     /// Set once started: turns true when that start's shutdown completes.
     stopping: Option<watch::Receiver<bool>>,
 }
@@ -386,7 +390,10 @@ impl InformerFactory {
             None => format!("{}.{}", resource.plural, resource.api_version),
         };
         let selector = self.selectors.get(&(K::GROUP, K::KIND)).cloned();
-        let lister_watcher = ApiListerWatcher::new(api).selector(selector.unwrap_or_default());
+        let filter = FilterSlot::<K>::default();
+        let lister_watcher = ApiListerWatcher::new(api)
+            .selector(selector.unwrap_or_default())
+            .filtered(filter.clone());
         let informer = Arc::new(SharedIndexInformer::new(
             lister_watcher,
             InformerOptions {
@@ -408,10 +415,31 @@ impl InformerFactory {
                 typed: informer.clone(),
                 type_name: std::any::type_name::<K>(),
                 runnable: informer.clone(),
+                filter: Arc::new(filter),
                 stopping: None,
             },
         );
         Ok(informer)
+    }
+
+    /// Where the informer of kind `K` in `namespace` (`None`: all, or a cluster-scoped kind)
+    /// finds its [`ListFilter`](crate::client::ListFilter): set it before the informer
+    /// starts; each list and watch after reads it. `None` if no such informer was made.
+    pub fn filter_slot<K: FactoryResource>(
+        &self,
+        namespace: Option<&str>,
+    ) -> Option<FilterSlot<K>> {
+        let namespace = namespace
+            .filter(|_| K::Scope::NAMESPACED)
+            .map(str::to_owned);
+        let state = self.state.lock();
+        let entry = state.informers.get(&InformerKey::of::<K>(namespace))?;
+        entry
+            .filter
+            .clone()
+            .downcast::<FilterSlot<K>>()
+            .ok()
+            .map(|slot| (*slot).clone())
     }
 
     /// Starts every informer made so far and not yet started, each on its own task, until

@@ -125,7 +125,7 @@ pub use codec::{
 };
 pub use dynamic::{ApiResource, DynamicObject};
 pub use error::{Error, Result, Status};
-pub use lister_watcher::{ApiEventStream, ApiListerWatcher};
+pub use lister_watcher::{ApiEventStream, ApiListerWatcher, FilterSlot, ListFilter};
 pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     Selector, VersionMatch, WatchParams,

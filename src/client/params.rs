@@ -40,6 +40,12 @@ pub struct Selector {
     pub labels: Option<String>,
     /// Only objects whose fields match, e.g. `metadata.name=x`.
     pub fields: Option<String>,
+    /// Only objects whose hash falls in the ranges of a `shardSelector`, e.g.
+    /// `shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')`
+    /// (Kubernetes 1.36+, feature gate `ShardedListAndWatch`; a server without it ignores
+    /// the parameter and returns everything; see
+    /// [`runtime::shard`](crate::runtime::shard)).
+    pub shards: Option<String>,
 }
 
 impl Selector {
@@ -48,6 +54,7 @@ impl Selector {
     fn write(&self, q: &mut Query) {
         q.opt("labelSelector", self.labels.as_deref());
         q.opt("fieldSelector", self.fields.as_deref());
+        q.opt("shardSelector", self.shards.as_deref());
     }
 }
 

@@ -438,6 +438,26 @@ impl Cache {
         })
     }
 
+    /// Narrows what the informers of kind `K` list and watch by `filter` (a sharded
+    /// controller's hash ranges), making them if need be. Set before they start.
+    ///
+    /// # Errors
+    ///
+    /// As [`store`](Self::store).
+    pub(crate) fn set_filter<K: CachedKind>(
+        &self,
+        filter: Arc<dyn crate::client::ListFilter<Raw<K>>>,
+    ) -> Result<(), CacheError> {
+        self.store::<K>()?;
+        for (i, factory) in self.inner.factories.iter().enumerate() {
+            let namespace = self.inner.namespaces.get(i).map(String::as_str);
+            if let Some(slot) = factory.filter_slot::<Raw<K>>(namespace) {
+                *slot.lock() = Some(filter.clone());
+            }
+        }
+        Ok(())
+    }
+
     /// The watermark of `informer` (its store's resourceVersion: every event up to it is in
     /// its cache), and, the first time with a write log, a task that prunes the log as it
     /// moves ([`prune`]; only inside a tokio runtime: without one, reads alone prune).

@@ -165,6 +165,8 @@ use super::manager::{Manager, ManagerError};
 use super::metrics::{ControllerMetrics, ReconcileResult};
 use super::predicate::{self, Event, Predicate};
 use super::rbac::{self, Rule};
+use super::shard::cache::{By, ShardFilter};
+use super::shard::controller::Sharding;
 use crate::client::Raw;
 
 // === Action and ReconcileError ===
@@ -553,6 +555,12 @@ impl<K: CachedKind> Controller<K> {
                 owner_ref.namespace = namespace.map(str::to_owned);
                 out(owner_ref.key());
             };
+            if let Some(shard) = manager.sharding() {
+                // Sharded: cache only the objects whose controller owner is in this
+                // replica's ranges.
+                let filter = ShardFilter::new(&shard, By::ControllerOwner);
+                manager.cache().set_filter::<D>(Arc::new(filter))?;
+            }
             wire::<D>(manager, target, predicate, true, map)
         }));
         self
@@ -739,6 +747,10 @@ impl<K: CachedKind> Controller<K> {
             filters,
             priorities: self.priorities,
             trace: trace.clone(),
+            // Sharded, each move of the ranges relists the caches, which hands every cached
+            // object over again unchanged: with no resync asked for, those are not queued.
+            skip_unchanged: self.manager.sharding().is_some()
+                && self.manager.cache().options().resync.is_zero(),
         };
         let on_delete = match self.on_delete {
             Some(on_delete) => {
@@ -771,6 +783,15 @@ impl<K: CachedKind> Controller<K> {
             self.manager.add_rbac(rule);
         }
         let ryw = self.read_your_writes;
+        let sharding = match self.manager.sharding() {
+            Some(shard) => {
+                let filter = ShardFilter::new(&shard, By::Own);
+                self.manager.cache().set_filter::<K>(Arc::new(filter))?;
+                Some(Arc::new(Sharding::new(shard, store.clone())))
+            }
+            None => None,
+        };
+        let follow = sharding.clone().map(|s| (s, store.clone(), queue.clone()));
         let reconcile = Arc::new(move |obj, ctx| {
             Box::pin(with_read_your_writes(ryw, reconcile(obj, ctx)))
                 as Pin<Box<dyn Future<Output = _> + Send>>
@@ -791,6 +812,7 @@ impl<K: CachedKind> Controller<K> {
             timeout,
             on_delete,
             trace,
+            sharding,
         };
         let cache = self.manager.cache().clone();
         self.manager
@@ -802,7 +824,17 @@ impl<K: CachedKind> Controller<K> {
                         synced = cache.wait_for_sync() => synced?,
                         _ = stop.wait_for(|s| *s) => return Ok(()),
                     }
-                    workers.run(stop).await;
+                    match follow {
+                        // Keys of ranges acquired later are queued again as they come.
+                        Some((sharding, store, queue)) => {
+                            let follow = sharding.follow(store, |key| queue.add(key));
+                            tokio::select! {
+                                _ = workers.run(stop) => {}
+                                _ = follow => {}
+                            }
+                        }
+                        None => workers.run(stop).await,
+                    }
                     Ok(())
                 })
             })
@@ -837,6 +869,8 @@ struct Target {
     priorities: bool,
     /// The debug pages' recorder, when they are on.
     trace: Option<Arc<ControllerTrace>>,
+    /// Updates that change nothing (same resourceVersion: a relist) are not queued.
+    skip_unchanged: bool,
 }
 
 /// Registers, on every informer of kind `D`, a handler that puts the keys `map` gives for
@@ -951,6 +985,9 @@ where
             self.trace(new, verb, passed, unchanged);
         }
         if passed {
+            if unchanged && self.target.skip_unchanged {
+                return;
+            }
             if self.both_on_update {
                 self.enqueue(old, unchanged);
             }
@@ -1069,6 +1106,8 @@ pub(crate) struct Workers<K, C> {
     on_delete: Option<(OnDelete<K>, Graves<K>)>,
     /// The debug pages' recorder, when they are on.
     trace: Option<Arc<ControllerTrace>>,
+    /// With a sharded manager: the gate before each reconcile.
+    sharding: Option<Arc<Sharding>>,
 }
 
 impl<K, C> Workers<K, C>
@@ -1144,8 +1183,31 @@ where
             }
         };
         let span = self.span(key);
+        // Sharded: only a key of a range this replica holds now; the permit keeps the range
+        // held until the reconcile ends.
+        let permit = match &self.sharding {
+            None => None,
+            Some(sharding) => match sharding.admit(key) {
+                Some(permit) => {
+                    span.record("replica", sharding.identity());
+                    span.record("range", tracing::field::display(permit.range));
+                    span.record("term", permit.term);
+                    span.in_scope(|| tracing::info!("shard reconcile started"));
+                    Some(permit)
+                }
+                None => {
+                    tracing::debug!(controller = %self.name, %key, "not in this replica's shard ranges; skipped");
+                    self.queue.forget(key);
+                    return;
+                }
+            },
+        };
         let work = (self.reconcile)(object, self.context.clone());
         let (outcome, elapsed) = self.attempt(&span, stop, work).await;
+        if permit.is_some() {
+            span.in_scope(|| tracing::info!("shard reconcile ended"));
+        }
+        drop(permit);
         let _entered = span.enter();
         // A requeue keeps the priority unless the action sets one.
         let requeue_at = match &outcome {
@@ -1239,6 +1301,9 @@ where
             namespace,
             object = name,
             reconcile_id = %reconcile_id(),
+            replica = tracing::field::Empty,
+            range = tracing::field::Empty,
+            term = tracing::field::Empty,
         )
     }
 

@@ -87,6 +87,7 @@ use super::leader_election::LeaderElectionConfig;
 use super::logging::{self, LogArgs};
 use super::preflight::PreflightError;
 use super::server::{SecureMetricsOptions, parse_bind_address};
+use super::shard::{Shard, ShardConfig};
 use super::webhook::WebhookOptions;
 use super::{CacheOptions, Manager, ManagerError, ManagerOptions};
 use crate::client::RateLimit;
@@ -188,6 +189,20 @@ pub struct ManagerArgs {
     /// The webhook server's key file in --webhook-cert-path.
     #[arg(long, default_value = "tls.key")]
     pub webhook_cert_key: String,
+    /// Split the controllers' objects among every replica run with this flag, by hash
+    /// ranges, each replica holding one Lease (see the runtime's `shard` module); turns
+    /// leader election off.
+    #[arg(long, default_value_t = false, value_parser = go_bool, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub shard: bool,
+    /// This replica's identity among the shards (default: POD_NAME, else the host name,
+    /// with a random suffix).
+    #[arg(long, env = "SHARD_IDENTITY")]
+    pub shard_identity: Option<String>,
+    /// The namespace of the shards' Leases (default: --leader-election-namespace, else the
+    /// configuration's namespace).
+    #[arg(long)]
+    pub shard_namespace: Option<String>,
     /// --log-level and --log-format.
     #[command(flatten)]
     pub log: LogArgs,
@@ -331,7 +346,14 @@ impl ManagerArgs {
         let config = self.load_config().map_err(RunError::Config)?;
         let options = options(self.manager_options(leader_election_id, &config)?);
         tracing::info!(target: "setup", server = %config.cluster_url, source = %config.source, "starting the manager");
+        let shard = self.shard_config(leader_election_id, &config);
         let manager = Manager::with_config(config, options).map_err(RunError::Manager)?;
+        if let Some(shard) = shard {
+            let shard =
+                Shard::new(manager.client(), shard).map_err(|e| RunError::Setup(e.into()))?;
+            tracing::info!(target: "setup", replica = %shard.identity(), set = %shard.config().set, "sharding the controllers");
+            manager.shard(shard).map_err(RunError::Manager)?;
+        }
         setup(&manager).map_err(RunError::Setup)?;
         manager.preflight().await?;
         manager.start().await.map_err(RunError::Run)?;
@@ -360,7 +382,7 @@ impl ManagerArgs {
 
     /// The Lease, with `--leader-elect`.
     fn leader_election(&self, id: &str, config: &Config) -> Option<LeaderElectionConfig> {
-        self.leader_elect.then(|| {
+        (self.leader_elect && !self.shard).then(|| {
             let namespace = (self.leader_election_namespace.clone())
                 .unwrap_or_else(|| config.default_namespace.clone());
             LeaderElectionConfig {
@@ -368,6 +390,25 @@ impl ManagerArgs {
                 renew_deadline: self.leader_elect_renew_deadline,
                 retry_period: self.leader_elect_retry_period,
                 ..LeaderElectionConfig::new(id, namespace)
+            }
+        })
+    }
+
+    /// With `--shard`: the shard set named `id`, its Leases in `--shard-namespace` (else the
+    /// leader election's namespace), this replica named by `--shard-identity` (else
+    /// `POD_NAME` or the host name, with a random suffix), with the leader election's
+    /// timings.
+    fn shard_config(&self, id: &str, config: &Config) -> Option<ShardConfig> {
+        self.shard.then(|| {
+            let namespace = (self.shard_namespace.clone())
+                .or_else(|| self.leader_election_namespace.clone())
+                .unwrap_or_else(|| config.default_namespace.clone());
+            let identity = self.shard_identity.clone().unwrap_or_else(default_identity);
+            ShardConfig {
+                lease_duration: self.leader_elect_lease_duration,
+                renew_deadline: self.leader_elect_renew_deadline,
+                retry_period: self.leader_elect_retry_period,
+                ..ShardConfig::new(id, namespace, identity)
             }
         })
     }
@@ -385,6 +426,22 @@ impl ManagerArgs {
 }
 
 // === running ===
+
+/// `POD_NAME`, else the host name, then `_` and a random suffix, as client-go's leader
+/// election identities.
+fn default_identity() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let host = std::env::var("POD_NAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "replica".to_owned());
+    let suffix = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("{host}_{:08x}", suffix as u32)
+}
 
 /// Why [`ManagerArgs::run`] stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -242,6 +242,8 @@ struct Shared {
     state: Mutex<State>,
     /// The recorders handed out, flushed once the reconciles have stopped.
     recorders: Mutex<Vec<Recorder>>,
+    /// The shard set this replica's controllers split their objects with, if any.
+    shard: Mutex<Option<super::shard::Shard>>,
     /// When the configuration's client certificate expires, if it has one: the server
     /// answers an expired one with a bare 401, which the preflight explains with this.
     client_cert_not_after: Option<SystemTime>,
@@ -362,6 +364,7 @@ impl Manager {
                 bound: watch::Sender::new(Bound::default()),
                 state: Mutex::new(State::default()),
                 recorders: Mutex::new(Vec::new()),
+                shard: Mutex::new(None),
                 client_cert_not_after,
                 debug,
             }),
@@ -533,6 +536,29 @@ impl Manager {
             Phase::Stopped => Err(ManagerError::Stopped),
             _ => Ok(()),
         }
+    }
+
+    /// Shards every controller completed after this call by `shard`'s hash ranges (see
+    /// [`shard`](super::shard)), and runs `shard`'s membership (its Lease) while the
+    /// manager runs, without leader election.
+    ///
+    /// # Errors
+    ///
+    /// [`ManagerError::Stopped`] if the manager is stopping or has stopped.
+    pub fn shard(&self, shard: super::shard::Shard) -> Result<(), ManagerError> {
+        *self.shared.shard.lock() = Some(shard.clone());
+        self.add("shard-membership", false, move |mut stop| async move {
+            shard
+                .run(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        })
+    }
+
+    /// The shard set given to [`shard`](Self::shard), if any.
+    pub fn sharding(&self) -> Option<super::shard::Shard> {
+        self.shared.shard.lock().clone()
     }
 
     /// The options the manager was built with.

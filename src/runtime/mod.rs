@@ -50,6 +50,8 @@
 //! * [`webhook`] — admission webhooks over TLS: typed defaulting and validating functions,
 //!   served with a certificate reloaded as its files change (`webhook/{admission, patch,
 //!   handler, server}.rs`).
+//! * [`shard`] — sharded controllers: replicas split a controller's objects by hash ranges,
+//!   with one Lease per replica and a hand-over that never runs a key in two at once.
 //! * `serve` and `certwatcher` (internal) — the one accept loop every server above runs on
 //!   (TLS, HTTP/1.1 or HTTP/2 by ALPN, graceful stop), and the serving certificate reloaded
 //!   when its files change, shared by the webhook and metrics servers.
@@ -151,6 +153,7 @@ pub mod rbac;
 pub mod resource;
 mod serve;
 pub mod server;
+pub mod shard;
 pub mod status;
 pub mod webhook;
 

@@ -67,6 +67,10 @@ pub struct Context {
 /// A write the API server refused (a conflict, a 422, RBAC); the controller retries it with
 /// backoff. A finalizer write that met a newer resource version is one of them.
 pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    if let Some(delay) = outside_service_delay() {
+        // The bench's stand-in for a call to a service outside the cluster.
+        tokio::time::sleep(delay).await;
+    }
     let memcacheds = Api::<Memcached>::namespaced(ctx.client.clone(), mc.namespace());
     finalizer(&memcacheds, FINALIZER, mc, async |event| match event {
         Event::Apply(mc) => apply(&mc, &ctx, &memcacheds).await,
@@ -83,6 +87,24 @@ pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, 
         }
     })
     .await
+}
+
+/// For benchmarks only (`make bench-shard`): each reconcile first waits this many
+/// milliseconds, as a real operator waits on a service outside the cluster. Unset or 0: no
+/// wait.
+pub const OUTSIDE_SERVICE_DELAY_ENV: &str = "MEMCACHED_OUTSIDE_SERVICE_DELAY_MS";
+
+/// The wait [`OUTSIDE_SERVICE_DELAY_ENV`] asks for, read once.
+fn outside_service_delay() -> Option<std::time::Duration> {
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        let ms: u64 = std::env::var(OUTSIDE_SERVICE_DELAY_ENV)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        (ms > 0).then(|| std::time::Duration::from_millis(ms))
+    })
 }
 
 /// Steps 2 and 3 of the [module docs](self), for a live resource that holds our finalizer.

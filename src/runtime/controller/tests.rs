@@ -141,6 +141,7 @@ fn workers_of<C>(
         timeout: None,
         on_delete: None,
         trace: None,
+        sharding: None,
     };
     (workers, metrics)
 }
@@ -582,6 +583,7 @@ fn handler(priorities: bool) -> (Queue, Handler) {
             filters: Arc::new([]),
             priorities,
             trace: None,
+            skip_unchanged: false,
         },
         predicate: None,
         both_on_update: false,
