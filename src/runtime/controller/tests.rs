@@ -528,7 +528,7 @@ async fn the_delete_handler_keeps_last_states_tombstones_included_as_predicates_
     let graves: Graves<ConfigMap> = Graves::default();
     let not_b = Predicate::new(|e| !matches!(e, Event::Delete(o) if o.name() == "b"));
     let handler = RecordDeletes {
-        queue: queue.clone(),
+        queue: Slot::holding(queue.clone()),
         filters: Arc::from(Vec::new()),
         predicate: Some(not_b),
         graves: graves.clone(),
@@ -576,9 +576,10 @@ fn handler(priorities: bool) -> (Queue, Handler) {
     let queue = RateLimitingQueue::new(default_controller_rate_limiter());
     let handler = Enqueue {
         target: Target {
-            queue: queue.clone(),
+            queue: Slot::holding(queue.clone()),
             filters: Arc::new([]),
             priorities,
+            replays: Arc::default(),
         },
         predicate: None,
         both_on_update: false,
