@@ -2,13 +2,15 @@
 """Leader handover between two Memcached operator processes: `make bench-failover`.
 
 Builds the operator (release, or --profile), makes sure the real local cluster is up (`make
-cluster`, which leaves a running cluster alone), installs the Memcached CRD, and in a fresh
+cluster`, which leaves a running cluster alone; or uses the one TESTENV_KUBECONFIG and
+TESTENV_KUBECTL name), installs the Memcached CRD, and in a fresh
 namespace with one Memcached runs two operator processes with `--leader-elect` and
 controller-runtime's default durations (lease 15 s, renew deadline 10 s, retry 2 s; the
 release on SIGTERM is the operator's default). Each round:
 
-1. both processes run and are ready (caches synced: the standby is warm); one leads
-   (`leader_election_master_status` 1 on its /metrics);
+1. both processes run and are ready (caches synced), one leads
+   (`leader_election_master_status` 1 on its /metrics), and the standby has run for 5 s
+   plus a random part of the retry period (it is warm: it has seen the leader renew);
 2. the leader is stopped, by its pid: SIGTERM (it stops its controllers and releases the
    lease) or SIGKILL (the lease must expire); the stop is timed on the wall clock just
    before the signal;
@@ -30,18 +32,25 @@ import os
 import signal
 import subprocess
 import sys
+import random
 import time
 import urllib.request
 from datetime import datetime, timezone
 
 import harness
-from harness import KUBECONFIG, free_port, log, median
+from harness import free_port, log, median
 
 BENCH = "bench-failover"
 LEASE, RENEW, RETRY = 15.0, 10.0, 2.0
 LEASE_NAME = "86f835c3.example.com"
-KUBECTL = os.path.join(harness.ROOT, "target", "testenv", "bin", "kubectl")
+# A running cluster named by TESTENV_KUBECONFIG (and TESTENV_KUBECTL) is used as it is;
+# otherwise `make cluster` makes sure the local one runs.
+KUBECONFIG = os.environ.get("TESTENV_KUBECONFIG", harness.KUBECONFIG)
+KUBECTL = os.environ.get("TESTENV_KUBECTL",
+                         os.path.join(harness.ROOT, "target", "testenv", "bin", "kubectl"))
 MODES = ["sigterm", "sigkill"]
+# How long the standby runs, at least, before the leader is stopped.
+WARM = 5.0
 
 
 class StepFailed(Exception):
@@ -156,6 +165,10 @@ def one_round(rnd, mode, ops):
     standby = next(o for o in ops if o is not leader)
     if not ready(standby.probes):
         raise StepFailed("the standby is not ready")
+    # A warm standby has watched the leader renew for a while: without this, one started
+    # just now would count the lease from its first sight of it. The signal then lands at
+    # a random point of the leader's renewal period.
+    time.sleep(WARM + random.uniform(0, RETRY))
     sig = signal.SIGTERM if mode == "sigterm" else signal.SIGKILL
     sent = leader.stop(sig)
     took = wait("the standby leads", LEASE + 4 * RETRY + 30,
@@ -170,13 +183,17 @@ def one_round(rnd, mode, ops):
 
 def main():
     p = harness.parser(__doc__, rounds=5, what="mode")
-    p.add_argument("--profile", default="release", help="cargo profile of the operator")
+    p.add_argument("--profile", default="release",
+                   help="cargo profile of the operator (default release; dev for a debug build)")
     opts = harness.parse(p)
-    binary = harness.release_bin("memcached-operator", profile=opts.profile)
+    # Cargo writes the `dev` profile's binaries to target/debug.
+    out_profile = "debug" if opts.profile == "dev" else opts.profile
+    binary = harness.release_bin("memcached-operator", profile=out_profile)
     if not opts.no_build:
         log(f"{BENCH}: building memcached-operator ({opts.profile})")
         harness.cargo_build("--profile", opts.profile, "-p", "memcached-operator")
-    harness.ensure_cluster(BENCH)
+    if "TESTENV_KUBECONFIG" not in os.environ:
+        harness.ensure_cluster(BENCH)
     out = harness.out_dir(BENCH)
     logs = os.path.join(out, "logs")
     os.makedirs(logs, exist_ok=True)
