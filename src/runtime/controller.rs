@@ -105,7 +105,11 @@
 //! the manager stops, workers take no new keys and the reconciles in flight are left to
 //! finish within the graceful shutdown timeout; a long one can end early by awaiting
 //! [`stopping`], which completes when the manager starts to stop (controller-runtime's
-//! cancelled `ctx`), and read its [`deadline`]:
+//! cancelled `ctx`), and read its [`deadline`]. When this replica loses the leader
+//! election's lease, no grace is given: [`stopping`] completes and the reconciles in flight
+//! are dropped at once; the controller starts afresh, on a new queue filled from the
+//! caches, if the replica leads again (see the
+//! [manager](super::manager#losing-the-lease)).
 //!
 //! ```no_run
 //! use std::sync::Arc;

@@ -16,6 +16,8 @@
 //! cut replica's last reconcile comes before the other's first, and after the cut it stays
 //! a standby that reconciles nothing.
 //!
+//! Convergence is the operator's part ([`common::written`]: the Deployment's replicas and
+//! the status's observed generation), not the Pods' readiness, which is the cluster's.
 //! The time from the connection's return to the new term, and the standby's takeover, are
 //! printed (measured, not asserted).
 
@@ -29,7 +31,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{converged, release_all, settled, setup, spec, start_operator, teardown};
+use common::{converged, release_all, setup, spec, start_operator, teardown, written};
 use controller_runtime::client::{Api, Patch, PatchParams, PostParams};
 use k8s_openapi::api::apps::v1::Deployment;
 use memcached_operator::api::Memcached;
@@ -240,8 +242,8 @@ async fn a_leader_cut_off_for_30s_stops_reconciling_keeps_running_and_leads_agai
     proxy.set_faults(false);
     let log = dir.join("operator.log");
     let (mut operator, metrics) = candidate(&proxy.kubeconfig_in(&dir), &ns, &log).await;
-    wait_until("every Memcached settled", CONVERGE, async || {
-        converged(&memcacheds, &deployments, &names, settled).await
+    wait_until("every Memcached written", CONVERGE, async || {
+        converged(&memcacheds, &deployments, &names, written).await
     })
     .await;
     let audit = Audit::read(&log);
@@ -281,7 +283,7 @@ async fn a_leader_cut_off_for_30s_stops_reconciling_keeps_running_and_leads_agai
     wait_until(
         "mc-0 converged at the size set during the cut",
         CONVERGE,
-        async || converged(&memcacheds, &deployments, &names, settled).await,
+        async || converged(&memcacheds, &deployments, &names, written).await,
     )
     .await;
     let after = Audit::read(&log);
@@ -334,8 +336,8 @@ async fn a_leader_cut_off_hands_over_to_a_standby_and_stays_a_standby_after_the_
     proxy.set_faults(false);
     let (cut_log, standby_log) = (dir.join("cut.log"), dir.join("standby.log"));
     let (mut cut, _) = candidate(&proxy.kubeconfig_in(&dir), &ns, &cut_log).await;
-    wait_until("every Memcached settled", CONVERGE, async || {
-        converged(&memcacheds, &deployments, &names, settled).await
+    wait_until("every Memcached written", CONVERGE, async || {
+        converged(&memcacheds, &deployments, &names, written).await
     })
     .await;
     let (mut standby, _) = candidate(&cluster::kubeconfig(), &ns, &standby_log).await;
@@ -347,7 +349,7 @@ async fn a_leader_cut_off_hands_over_to_a_standby_and_stays_a_standby_after_the_
     wait_until(
         "the standby converged mc-1 during the cut",
         CONVERGE,
-        async || converged(&memcacheds, &deployments, &names, settled).await,
+        async || converged(&memcacheds, &deployments, &names, written).await,
     )
     .await;
     let remaining = CUT.saturating_sub(Duration::from_micros((now_micros() - cut_at) as u64));
@@ -357,7 +359,7 @@ async fn a_leader_cut_off_hands_over_to_a_standby_and_stays_a_standby_after_the_
     // back, must not touch it.
     scale(&memcacheds, "mc-0", 0).await;
     wait_until("mc-0 converged after the cut", CONVERGE, async || {
-        converged(&memcacheds, &deployments, &names, settled).await
+        converged(&memcacheds, &deployments, &names, written).await
     })
     .await;
     // Long enough for the cut replica to compete again, at least once, and lose.
