@@ -18,6 +18,9 @@
 //!
 //! Convergence is the operator's part ([`common::written`]: the Deployment's replicas and
 //! the status's observed generation), not the Pods' readiness, which is the cluster's.
+//! With `--leader-elect-exit-on-lost`, the same cut makes the operator exit with an error,
+//! as controller-runtime's does.
+//!
 //! The time from the connection's return to the new term, and the standby's takeover, are
 //! printed (measured, not asserted).
 
@@ -190,7 +193,12 @@ async fn leader_gauge(addr: SocketAddr) -> String {
 
 /// An operator with `--leader-elect` (short durations) through `kubeconfig`, serving its
 /// metrics on a free port; returned once its caches have synced.
-async fn candidate(kubeconfig: &Path, ns: &str, log: &Path) -> (tokio::process::Child, SocketAddr) {
+async fn candidate(
+    kubeconfig: &Path,
+    ns: &str,
+    log: &Path,
+    extra: &[&str],
+) -> (tokio::process::Child, SocketAddr) {
     let metrics: SocketAddr = format!("127.0.0.1:{}", support::free_port())
         .parse()
         .unwrap();
@@ -204,6 +212,7 @@ async fn candidate(kubeconfig: &Path, ns: &str, log: &Path) -> (tokio::process::
         &format!("--metrics-bind-address={metrics}"),
         "--metrics-secure=false",
     ];
+    let args: Vec<&str> = args.into_iter().chain(extra.iter().copied()).collect();
     let rust_log = "info,controller_runtime::runtime::controller=debug";
     let child = start_operator(kubeconfig, ns, log, rust_log, &args).await;
     (child, metrics)
@@ -241,7 +250,7 @@ async fn a_leader_cut_off_for_30s_stops_reconciling_keeps_running_and_leads_agai
     let (proxy, _) = FaultProxy::to_cluster(FaultRates::moderate()).await;
     proxy.set_faults(false);
     let log = dir.join("operator.log");
-    let (mut operator, metrics) = candidate(&proxy.kubeconfig_in(&dir), &ns, &log).await;
+    let (mut operator, metrics) = candidate(&proxy.kubeconfig_in(&dir), &ns, &log, &[]).await;
     wait_until("every Memcached written", CONVERGE, async || {
         converged(&memcacheds, &deployments, &names, written).await
     })
@@ -335,12 +344,12 @@ async fn a_leader_cut_off_hands_over_to_a_standby_and_stays_a_standby_after_the_
     let (proxy, _) = FaultProxy::to_cluster(FaultRates::moderate()).await;
     proxy.set_faults(false);
     let (cut_log, standby_log) = (dir.join("cut.log"), dir.join("standby.log"));
-    let (mut cut, _) = candidate(&proxy.kubeconfig_in(&dir), &ns, &cut_log).await;
+    let (mut cut, _) = candidate(&proxy.kubeconfig_in(&dir), &ns, &cut_log, &[]).await;
     wait_until("every Memcached written", CONVERGE, async || {
         converged(&memcacheds, &deployments, &names, written).await
     })
     .await;
-    let (mut standby, _) = candidate(&cluster::kubeconfig(), &ns, &standby_log).await;
+    let (mut standby, _) = candidate(&cluster::kubeconfig(), &ns, &standby_log, &[]).await;
     assert!(Audit::read(&standby_log).terms.is_empty(), "one leader");
 
     let cut_at = now_micros();
@@ -395,5 +404,33 @@ async fn a_leader_cut_off_hands_over_to_a_standby_and_stays_a_standby_after_the_
         child.start_kill().unwrap();
         child.wait().await.unwrap();
     }
+    teardown(&client, &ns, &dir).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn with_exit_on_lost_a_leader_cut_off_exits_as_controller_runtimes_does() {
+    let (client, ns, dir) = setup("mc-lease-cut-exit").await;
+    let (proxy, _) = FaultProxy::to_cluster(FaultRates::moderate()).await;
+    proxy.set_faults(false);
+    let log = dir.join("operator.log");
+    let exit = ["--leader-elect-exit-on-lost"];
+    let (mut operator, metrics) = candidate(&proxy.kubeconfig_in(&dir), &ns, &log, &exit).await;
+    wait_until("the operator leads", CONVERGE, async || {
+        let gauge = leader_gauge(metrics).await;
+        (gauge == "1").then_some(()).ok_or(gauge)
+    })
+    .await;
+    proxy.set_cut(true);
+    let status = tokio::time::timeout(CONVERGE, operator.wait())
+        .await
+        .expect("the operator exits once it has lost the lease")
+        .unwrap();
+    assert!(!status.success(), "exits with an error: {status}");
+    let audit = Audit::read(&log);
+    assert_eq!(audit.lost.len(), 1, "{audit:?}");
+    assert_eq!(audit.terms.len(), 1, "never competed again: {audit:?}");
+    audit.assert_reconciled_only_while_leading("the operator");
+    proxy.set_cut(false);
     teardown(&client, &ns, &dir).await;
 }
