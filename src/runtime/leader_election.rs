@@ -77,8 +77,9 @@
 //! and runs again starts a new term (acquire time now, transitions plus one) even if the
 //! lease still names it; and a candidate that does not lead watches the lease between its
 //! attempts, so it tries again as soon as the lease is released (a warm standby takes over
-//! within a round trip of the release, not a jittered retry period later) and the moment
-//! the holder's lease expires. The watch is an optimisation: without it (no `watch`
+//! within a round trip of the release, not a jittered retry period later: the lease the
+//! watch delivers is written at once, without reading it again) and the moment the
+//! holder's lease expires. The watch is an optimisation: without it (no `watch`
 //! permission on leases) the candidate polls every jittered `retry_period`, as client-go's.
 //!
 //! Release (with `release_on_cancel`) writes client-go's released record: empty holder,
@@ -388,9 +389,10 @@ trait LeaseStore: Send + Sync {
     fn create(&self, lease: Lease) -> BoxFuture<'_, client::Result<Lease>>;
     /// Replaces the lease at the `resourceVersion` it carries.
     fn replace(&self, lease: Lease) -> BoxFuture<'_, client::Result<Lease>>;
-    /// Completes when the lease changes after `version` (at once if it has already), or
-    /// never if the store cannot tell; an error if it cannot watch.
-    fn changed(&self, version: Option<String>) -> BoxFuture<'_, client::Result<()>>;
+    /// Completes when the lease changes after `version` (at once if it has already), with
+    /// the lease as it is now (`None`: deleted, or not known), or never if the store cannot
+    /// tell; an error if it cannot watch.
+    fn changed(&self, version: Option<String>) -> BoxFuture<'_, client::Result<Option<Lease>>>;
 }
 
 struct ApiStore {
@@ -416,7 +418,7 @@ impl LeaseStore for ApiStore {
     }
 
     /// A watch of this one lease from `version`: its first change (a bookmark is none).
-    fn changed(&self, version: Option<String>) -> BoxFuture<'_, client::Result<()>> {
+    fn changed(&self, version: Option<String>) -> BoxFuture<'_, client::Result<Option<Lease>>> {
         Box::pin(async move {
             let params = WatchParams {
                 selector: Selector {
@@ -430,7 +432,10 @@ impl LeaseStore for ApiStore {
             loop {
                 match events.next().await {
                     Some(Ok(WatchEvent::Bookmark(_))) => {}
-                    Some(Ok(_)) => return Ok(()),
+                    Some(Ok(WatchEvent::Added(lease) | WatchEvent::Modified(lease))) => {
+                        return Ok(Some(lease));
+                    }
+                    Some(Ok(WatchEvent::Deleted(_))) => return Ok(None),
                     Some(Err(e)) => return Err(e),
                     // Ended by the server: the retry period goes on.
                     None => std::future::pending::<()>().await,
@@ -595,11 +600,13 @@ impl LeaderElector {
         let desc = self.describe();
 
         tracing::info!(lease = %desc, identity = %self.config.identity, "attempting to acquire leader lease");
+        // The lease as a watch event just delivered it: the next attempt need not read it.
+        let mut seen: Option<Lease> = None;
         let mut valid_until = loop {
             let sent = Instant::now();
             let attempt = tokio::select! {
                 () = &mut shutdown => return Ok(()),
-                a = self.try_acquire_or_renew(false) => a,
+                a = self.try_acquire_or_renew_from(false, seen.take()) => a,
             };
             self.report_transition();
             if attempt == Attempt::Led {
@@ -608,18 +615,18 @@ impl LeaderElector {
             let (wake, version) = self.next_attempt();
             let changed = async {
                 match self.store.changed(version).await {
-                    Ok(()) => {}
+                    Ok(lease) => lease,
                     Err(e) => {
                         // Without a watch (no RBAC for it, say), the polling goes on.
                         tracing::debug!(lease = %desc, error = %e, "cannot watch the lease; polling it");
-                        std::future::pending::<()>().await;
+                        std::future::pending().await
                     }
                 }
             };
             tokio::select! {
                 () = &mut shutdown => return Ok(()),
                 () = tokio::time::sleep_until(wake) => {}
-                () = changed => {}
+                lease = changed => seen = lease,
             }
         };
         let term = self.term();
@@ -715,6 +722,12 @@ impl LeaderElector {
     /// One attempt to acquire or renew (client-go's `tryAcquireOrRenew`). With `renewing`,
     /// a lease read naming anyone else means leadership is gone.
     async fn try_acquire_or_renew(&self, renewing: bool) -> Attempt {
+        self.try_acquire_or_renew_from(renewing, None).await
+    }
+
+    /// [`try_acquire_or_renew`](Self::try_acquire_or_renew), starting from `known`, the
+    /// lease as a watch delivered it just now, instead of reading it.
+    async fn try_acquire_or_renew_from(&self, renewing: bool, known: Option<Lease>) -> Attempt {
         let identity = self.config.identity.as_str();
         let lease_seconds = self.config.lease_seconds();
         let desc = self.describe();
@@ -750,13 +763,16 @@ impl LeaderElector {
             }
         }
 
-        // 2. Read, or create if absent.
-        let current = match self.request(self.store.get()).await {
-            Ok(current) => current,
-            Err(e) => {
-                tracing::warn!(lease = %desc, error = %e, "error retrieving lease");
-                return Attempt::Failed;
-            }
+        // 2. Read (unless a watch just delivered it), or create if absent.
+        let current = match known {
+            Some(known) => Some(known),
+            None => match self.request(self.store.get()).await {
+                Ok(current) => current,
+                Err(e) => {
+                    tracing::warn!(lease = %desc, error = %e, "error retrieving lease");
+                    return Attempt::Failed;
+                }
+            },
         };
         let now = Instant::now();
         let Some(current) = current else {
@@ -1098,19 +1114,18 @@ mod tests {
             })
         }
 
-        fn changed(&self, version: Option<String>) -> BoxFuture<'_, client::Result<()>> {
+        fn changed(&self, version: Option<String>) -> BoxFuture<'_, client::Result<Option<Lease>>> {
             let fake = self.0.clone();
             Box::pin(async move {
                 loop {
                     let notified = fake.changes.notified();
-                    let current = {
-                        let s = fake.inner.lock();
-                        s.lease
-                            .as_ref()
-                            .and_then(|l| l.metadata.resource_version.clone())
-                    };
-                    if current != version {
-                        return Ok(());
+                    let current = fake.inner.lock().lease.clone();
+                    let current_version = current
+                        .as_ref()
+                        .and_then(|l| l.metadata.resource_version.clone());
+                    if current_version != version {
+                        fake.inner.lock().calls.push("changed");
+                        return Ok(current);
                     }
                     notified.await;
                 }
@@ -1500,6 +1515,7 @@ mod tests {
         let (_stop, _task) = spawn_run(&e);
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(!*e.leading().borrow());
+        let _ = fake.calls();
         let released = Instant::now();
         fake.overwrite(&Record {
             holder: String::new(),
@@ -1507,8 +1523,10 @@ mod tests {
             ..held
         });
         until_leading(&e, true).await;
-        // No retry period waited: the watch woke the standby.
+        // No retry period waited: the watch woke the standby, and handed it the lease it
+        // then wrote without reading it again.
         assert!(released.elapsed() < Duration::from_millis(100));
+        assert_eq!(fake.calls()[..2], ["changed", "replace"]);
         assert_eq!(fake.record().unwrap().transitions, 4);
     }
 
