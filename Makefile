@@ -18,6 +18,7 @@ export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
 .PHONY: all demo test test-unit test-cluster test-browser soak lint fmt cluster cluster-down cluster-status \
 	testenv bench bench-decode bench-queue bench-informer bench-runtime bench-operator bench-shard bench-latency \
+	bench-failover \
 	protoschema manifests install uninstall run dist deploy undeploy fuzz fuzz-smoke
 
 all: lint test-unit
@@ -228,3 +229,10 @@ bench-shard: cluster
 ## defined in benches/bench-latency.py
 bench-latency:
 	python3 benches/bench-latency.py
+
+## bench-failover: two Memcached operator processes with leader election (default durations) on
+## the local cluster (starts it if needed); the leader stopped with SIGTERM, then SIGKILL, 5
+## alternating rounds; last line `failover handover: sigterm X.XXs, sigkill Y.YYs (lease + retry
+## = Z.ZZs)`: the median time from the signal to the standby leading
+bench-failover:
+	python3 benches/bench-failover.py $(BENCH_ARGS)

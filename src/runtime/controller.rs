@@ -105,7 +105,11 @@
 //! the manager stops, workers take no new keys and the reconciles in flight are left to
 //! finish within the graceful shutdown timeout; a long one can end early by awaiting
 //! [`stopping`], which completes when the manager starts to stop (controller-runtime's
-//! cancelled `ctx`), and read its [`deadline`]:
+//! cancelled `ctx`), and read its [`deadline`]. When this replica loses the leader
+//! election's lease, no grace is given: [`stopping`] completes and the reconciles in flight
+//! are dropped at once; the controller starts afresh, on a new queue filled from the
+//! caches, if the replica leads again (see the
+//! [manager](super::manager#losing-the-lease)).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -724,26 +728,32 @@ impl<K: CachedKind> Controller<K> {
             .metrics()
             .controller(&name, self.max_concurrent);
         let trace = self.manager.debug_pages().map(|d| d.controller(&name));
-        let mut provider = self.manager.metrics().workqueue(&name);
-        if let Some(trace) = &trace {
-            provider = trace.queue_metrics(provider);
-        }
-        let config = QueueConfig::new()
-            .name(name.clone())
-            .metrics_provider(provider);
-        let queue = match self.rate_limiter {
-            Some(limiter) => RateLimitingQueue::with_config(limiter, config),
-            None => RateLimitingQueue::with_config(default_controller_rate_limiter(), config),
+        // A fresh queue for each term as leader; a limiter given by the user is shared by
+        // them all.
+        let new_queue = {
+            let mut provider = self.manager.metrics().workqueue(&name);
+            if let Some(trace) = &trace {
+                provider = trace.queue_metrics(provider);
+            }
+            let name = name.clone();
+            let limiter: Option<Arc<dyn RateLimiter<Key>>> = self.rate_limiter.map(Arc::from);
+            move || {
+                let config = QueueConfig::new()
+                    .name(name.clone())
+                    .metrics_provider(provider.clone());
+                match &limiter {
+                    Some(limiter) => RateLimitingQueue::with_config(limiter.clone(), config),
+                    None => {
+                        RateLimitingQueue::with_config(default_controller_rate_limiter(), config)
+                    }
+                }
+            }
         };
         let filters: Arc<[Predicate]> = self.event_filters.into();
         let store = self.manager.store::<K>()?;
         let for_predicate = combine(self.for_predicates);
-        if let Some(trace) = &trace {
-            let queue = queue.clone();
-            trace.set_delayed(move || queue.pending_delayed());
-        }
         let target = Target {
-            queue: queue.clone(),
+            queue: Slot::default(),
             filters,
             priorities: self.priorities,
             trace: trace.clone(),
@@ -751,7 +761,12 @@ impl<K: CachedKind> Controller<K> {
             // object over again unchanged: with no resync asked for, those are not queued.
             skip_unchanged: self.manager.sharding().is_some()
                 && self.manager.cache().options().resync.is_zero(),
+            replays: Arc::default(),
         };
+        if let Some(trace) = &trace {
+            let slot = target.queue.clone();
+            trace.set_delayed(move || slot.get().map_or(0, |queue| queue.pending_delayed()));
+        }
         let on_delete = match self.on_delete {
             Some(on_delete) => {
                 let graves = Graves::default();
@@ -791,14 +806,14 @@ impl<K: CachedKind> Controller<K> {
             }
             None => None,
         };
-        let follow = sharding.clone().map(|s| (s, store.clone(), queue.clone()));
+        let follow = sharding.clone().map(|s| (s, store.clone()));
         let reconcile = Arc::new(move |obj, ctx| {
             Box::pin(with_read_your_writes(ryw, reconcile(obj, ctx)))
                 as Pin<Box<dyn Future<Output = _> + Send>>
         });
         let workers = Workers {
             name,
-            queue,
+            queue: new_queue(),
             lookup: Arc::new(move |key: &str| {
                 let (store, key) = (store.clone(), key.to_owned());
                 Box::pin(with_read_your_writes(ryw, async move {
@@ -817,6 +832,9 @@ impl<K: CachedKind> Controller<K> {
         let cache = self.manager.cache().clone();
         self.manager
             .add_controller(workers.name.clone(), move |mut stop| {
+                let (cache, target, follow) = (cache.clone(), target.clone(), follow.clone());
+                let mut workers = workers.clone();
+                workers.queue = new_queue();
                 Box::pin(async move {
                     // Completed after the start, the controller's informers have just
                     // started; before it, they synced already.
@@ -824,10 +842,18 @@ impl<K: CachedKind> Controller<K> {
                         synced = cache.wait_for_sync() => synced?,
                         _ = stop.wait_for(|s| *s) => return Ok(()),
                     }
-                    match follow {
+                    // This term's queue, filled from the caches as a fresh process's
+                    // would be; the handlers drop events again once the term ends.
+                    if let Some((_, graves)) = &workers.on_delete {
+                        graves.lock().clear();
+                    }
+                    let _term = target.queue.install(workers.queue.clone());
+                    target.replay();
+                    match &follow {
                         // Keys of ranges acquired later are queued again as they come.
-                        Some((sharding, store, queue)) => {
-                            let follow = sharding.follow(store, |key| queue.add(key));
+                        Some((sharding, store)) => {
+                            let queue = workers.queue.clone();
+                            let follow = sharding.follow(store.clone(), |key| queue.add(key));
                             tokio::select! {
                                 _ = workers.run(stop) => {}
                                 _ = follow => {}
@@ -863,7 +889,8 @@ fn combine(predicates: Vec<Predicate>) -> Option<Predicate> {
 /// Where a controller's handlers put keys: its queue, behind its event filters.
 #[derive(Clone)]
 struct Target {
-    queue: Queue,
+    /// The queue of the term under way; empty while this replica does not lead.
+    queue: Slot,
     filters: Arc<[Predicate]>,
     /// Initial-list events and unchanged resyncs enter at [`LOW_PRIORITY`].
     priorities: bool,
@@ -871,6 +898,75 @@ struct Target {
     trace: Option<Arc<ControllerTrace>>,
     /// Updates that change nothing (same resourceVersion: a relist) are not queued.
     skip_unchanged: bool,
+    /// One per watch: hands every cached object to its handler as an initial add.
+    replays: Arc<Mutex<Vec<Replay>>>,
+}
+
+/// Hands every object in a watch's cache to its handler, as the initial list did.
+type Replay = Box<dyn Fn() + Send + Sync>;
+
+impl Target {
+    /// Fills the queue from the caches, as the informers' initial lists fill a fresh
+    /// process's: each watch's handler sees every cached object as an initial add, through
+    /// its filters and mapping, at [`LOW_PRIORITY`] with priorities on.
+    fn replay(&self) {
+        for replay in self.replays.lock().iter() {
+            replay();
+        }
+    }
+}
+
+/// The queue of a term as leader, shared by the controller's handlers and its workers.
+/// Outside a term it is empty and the handlers queue nothing: a replica that does not lead
+/// holds no keys and no deleted objects' states, and fills a new queue from its caches
+/// when it leads again (see [`Target::replay`]).
+#[derive(Clone, Default)]
+struct Slot(Arc<parking_lot::RwLock<Option<Queue>>>);
+
+impl Slot {
+    /// A slot holding `queue`, as during a term.
+    #[cfg(test)]
+    fn holding(queue: Queue) -> Slot {
+        Slot(Arc::new(parking_lot::RwLock::new(Some(queue))))
+    }
+
+    /// The queue, during a term.
+    fn get(&self) -> Option<Queue> {
+        self.0.read().clone()
+    }
+
+    /// Makes `queue` the term's until the guard is dropped (the term ended, or its task
+    /// was dropped): then the slot is emptied and the queue shut down and emptied, so
+    /// its depth reads zero.
+    fn install(&self, queue: Queue) -> TermQueue {
+        *self.0.write() = Some(queue.clone());
+        TermQueue {
+            slot: self.clone(),
+            queue,
+        }
+    }
+}
+
+/// See [`Slot::install`].
+struct TermQueue {
+    slot: Slot,
+    queue: Queue,
+}
+
+impl Drop for TermQueue {
+    fn drop(&mut self) {
+        *self.slot.0.write() = None;
+        let queue = self.queue.clone();
+        queue.shut_down();
+        // A shut-down queue hands out what it holds without waiting.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                while let Some(key) = queue.get().await {
+                    queue.done(&key);
+                }
+            });
+        }
+    }
 }
 
 /// Registers, on every informer of kind `D`, a handler that puts the keys `map` gives for
@@ -894,6 +990,12 @@ fn wire<D: CachedKind>(
     for informer in store.informers() {
         informer.add_event_handler(handler.clone())?;
     }
+    let listers = store.listers();
+    target.replays.lock().push(Box::new(move || {
+        for object in listers.iter().flat_map(|lister| lister.list()) {
+            handler.on_add(&object, true);
+        }
+    }));
     Ok(())
 }
 
@@ -940,7 +1042,9 @@ where
     }
 
     fn enqueue(&self, obj: &Raw<D>, low: bool) {
-        let queue = &self.target.queue;
+        let Some(queue) = self.target.queue.get() else {
+            return;
+        };
         if low && self.target.priorities {
             (self.map)(obj, &mut |key| queue.add_with_priority(key, LOW_PRIORITY));
         } else {
@@ -1013,7 +1117,7 @@ where
 /// deleted object passing `filters` and `predicate` in `graves`, and queues its key.
 fn record_deletes<K: CachedKind>(
     manager: &Manager,
-    queue: &Queue,
+    queue: &Slot,
     filters: &Arc<[Predicate]>,
     predicate: Option<Predicate>,
     graves: &Graves<K>,
@@ -1034,7 +1138,7 @@ fn record_deletes<K: CachedKind>(
 
 /// The handler behind [`Controller::on_delete`]: keeps deleted objects' last states.
 struct RecordDeletes<K> {
-    queue: Queue,
+    queue: Slot,
     filters: Arc<[Predicate]>,
     predicate: Option<Predicate>,
     graves: Graves<K>,
@@ -1043,6 +1147,10 @@ struct RecordDeletes<K> {
 
 impl<K: CachedKind> EventHandler<Raw<K>> for RecordDeletes<K> {
     fn on_delete(&self, obj: &DeletedObject<Raw<K>>) {
+        // Outside a term, deletions are the leader's to handle.
+        let Some(queue) = self.queue.get() else {
+            return;
+        };
         let Some(last) = obj.object() else {
             tracing::warn!(
                 object = %obj.key(),
@@ -1061,7 +1169,7 @@ impl<K: CachedKind> EventHandler<Raw<K>> for RecordDeletes<K> {
                 let key = obj.key();
                 let mut graves = self.graves.lock();
                 graves.entry(key.clone()).or_default().push_back(typed);
-                self.queue.add(key);
+                queue.add(key);
             }
             Err(error) => tracing::error!(
                 %error,
@@ -1090,7 +1198,8 @@ enum Failure {
     Timeout(Duration),
 }
 
-/// A controller's queue and its workers, ready to run.
+/// A controller's queue and its workers, ready to run; a clone shares everything but is
+/// given its own queue for its term.
 pub(crate) struct Workers<K, C> {
     name: String,
     queue: Queue,
@@ -1108,6 +1217,24 @@ pub(crate) struct Workers<K, C> {
     trace: Option<Arc<ControllerTrace>>,
     /// With a sharded manager: the gate before each reconcile.
     sharding: Option<Arc<Sharding>>,
+}
+
+impl<K, C> Clone for Workers<K, C> {
+    fn clone(&self) -> Self {
+        Workers {
+            name: self.name.clone(),
+            queue: self.queue.clone(),
+            lookup: self.lookup.clone(),
+            reconcile: self.reconcile.clone(),
+            context: self.context.clone(),
+            metrics: self.metrics.clone(),
+            max_concurrent: self.max_concurrent,
+            timeout: self.timeout,
+            on_delete: self.on_delete.clone(),
+            trace: self.trace.clone(),
+            sharding: self.sharding.clone(),
+        }
+    }
 }
 
 impl<K, C> Workers<K, C>
@@ -1139,11 +1266,12 @@ where
                         if let Some(trace) = &this.trace {
                             trace.started(&key, priority);
                         }
+                        // `done` also when the reconcile is dropped (the term ended).
+                        let _done = Done(&this.queue, &key);
                         this.process(&key, priority, &stop).await;
                         if let Some(trace) = &this.trace {
                             trace.settled(&key);
                         }
-                        this.queue.done(&key);
                     }
                 }
                 .in_current_span(),
@@ -1393,6 +1521,15 @@ where
             "reconciled"
         );
         self.metrics.reconciled(result, elapsed);
+    }
+}
+
+/// Marks a key handed out by the queue done when dropped.
+struct Done<'a>(&'a Queue, &'a Key);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.done(self.1);
     }
 }
 

@@ -70,6 +70,8 @@
 //! As kubebuilder's scaffold names them, with its defaults: `--metrics-bind-address`,
 //! `--metrics-secure` and `--metrics-cert-path/-name/-key`; `--health-probe-bind-address`;
 //! `--leader-elect`, `--leader-election-namespace` and the three lease durations;
+//! `--leader-elect-release-on-cancel` (default true) and `--leader-elect-exit-on-lost`
+//! (default false: a replica that loses the lease competes again without a restart);
 //! `--enable-http2`; `--enable-debug-pages` (ours: see [`debug`](super::debug));
 //! `--webhook-cert-path/-name/-key` (`--cert-dir` is the same as
 //! `--webhook-cert-path`), `--webhook-port` and `--webhook-host`. Then `--kubeconfig`, `--namespace`,
@@ -89,7 +91,7 @@ use super::preflight::PreflightError;
 use super::server::{SecureMetricsOptions, parse_bind_address};
 use super::shard::{Shard, ShardConfig};
 use super::webhook::WebhookOptions;
-use super::{CacheOptions, Manager, ManagerError, ManagerOptions};
+use super::{CacheOptions, Manager, ManagerError, ManagerOptions, OnLeaseLost};
 use crate::client::RateLimit;
 use crate::config::{self, Config, KubeconfigOptions};
 
@@ -155,6 +157,16 @@ pub struct ManagerArgs {
     /// renew deadline / 1.2.
     #[arg(long, default_value = "2s", value_parser = duration)]
     pub leader_elect_retry_period: Duration,
+    /// Release the lease on SIGTERM once the controllers have stopped, so a standby takes
+    /// over at once instead of after the lease duration.
+    #[arg(long, default_value_t = true, value_parser = go_bool, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub leader_elect_release_on_cancel: bool,
+    /// Exit when the lease is lost, as controller-runtime does, instead of stopping the
+    /// controllers and competing again without a restart.
+    #[arg(long, default_value_t = false, value_parser = go_bool, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub leader_elect_exit_on_lost: bool,
     /// Watch and reconcile only this namespace (default: every namespace).
     #[arg(long)]
     pub namespace: Option<String>,
@@ -266,6 +278,11 @@ impl ManagerArgs {
             health_probe_bind_address: self.health_probe_bind_address.0,
             leader_election: self.leader_election(leader_election_id, config),
             debug_pages: self.enable_debug_pages,
+            on_lease_lost: if self.leader_elect_exit_on_lost {
+                OnLeaseLost::Exit
+            } else {
+                OnLeaseLost::Compete
+            },
             cache: CacheOptions {
                 namespaces: self.namespace.iter().cloned().collect(),
                 ..CacheOptions::default()
@@ -389,6 +406,7 @@ impl ManagerArgs {
                 lease_duration: self.leader_elect_lease_duration,
                 renew_deadline: self.leader_elect_renew_deadline,
                 retry_period: self.leader_elect_retry_period,
+                release_on_cancel: self.leader_elect_release_on_cancel,
                 ..LeaderElectionConfig::new(id, namespace)
             }
         })

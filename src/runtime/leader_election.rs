@@ -5,7 +5,9 @@
 //! `retry_period` (jittered), then, once it leads, renews it every `retry_period`, giving up
 //! when no renewal succeeded for `renew_deadline`. Controllers run only while
 //! [`LeaderElector::leading`] reads `true`; when [`run`](LeaderElector::run) returns
-//! [`Error::Lost`] the process should exit, as controller-runtime's manager does.
+//! [`Error::Lost`], whatever the lease guards must stop at once. Then `run` may be called
+//! again to compete once more (the manager does, by default), or the process exits, as
+//! controller-runtime's does.
 //!
 //! ```no_run
 //! use controller_runtime::client::Client;
@@ -50,11 +52,35 @@
 //!    succeeds (optimistic concurrency); the others get 409 and try again.
 //!
 //! While leading, renewals repeat every `retry_period`; each renewal may retry (every
-//! `retry_period`) until `renew_deadline` has passed since it began, and then leadership is
-//! lost. Each request is bounded by `max(renew_deadline / 2, 1 s)`, controller-runtime's
-//! timeout for the leader-election client. One deliberate difference from client-go: a
-//! renewal that reads the lease naming another holder ends leadership at once, rather than
-//! retrying until the deadline, since someone else already believes it leads.
+//! `retry_period`) until `renew_deadline` has passed since the last successful renewal was
+//! *sent*, and then leadership is lost. Each request is bounded by
+//! `max(renew_deadline / 2, 1 s)`, controller-runtime's timeout for the leader-election
+//! client.
+//!
+//! # The guarantee
+//!
+//! Let *S* be the moment (on this replica's monotonic clock) the last successful renewal
+//! was sent. The server wrote it after *S*, so every other candidate observed that record
+//! after *S* and waits `lease_duration` from its observation before taking over: nobody
+//! else can lead before *S* + `lease_duration`. This elector stops leading at
+//! *S* + `renew_deadline` at the latest, whether or not its requests answer: the
+//! `lease_duration - renew_deadline` between the two (5 s by default) is the margin for the
+//! replicas' clock *rates* and for stopping what the lease guards (the manager drops every
+//! reconcile in flight at once; a write already sent may still be on its way to the
+//! server within that margin). client-go counts its deadline from the start of the failing
+//! renewal, up to a request timeout and a retry period later than *S*, which can leave no
+//! margin at all.
+//!
+//! Three deliberate differences from client-go beyond that one: a renewal that reads the
+//! lease naming another holder ends leadership at once, rather than retrying until the
+//! deadline, since someone else already believes it leads; an elector that lost the lease
+//! and runs again starts a new term (acquire time now, transitions plus one) even if the
+//! lease still names it; and a candidate that does not lead watches the lease between its
+//! attempts, so it tries again as soon as the lease is released (a warm standby takes over
+//! within a round trip of the release, not a jittered retry period later: the lease the
+//! watch delivers is written at once, without reading it again) and the moment the
+//! holder's lease expires. The watch is an optimisation: without it (no `watch`
+//! permission on leases) the candidate polls every jittered `retry_period`, as client-go's.
 //!
 //! Release (with `release_on_cancel`) writes client-go's released record: empty holder,
 //! `leaseDurationSeconds: 1`, acquire and renew times now, transitions kept. Other
@@ -74,7 +100,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::metrics::LeaderStatus;
-use crate::client::{self, Api, Client, PostParams};
+use crate::client::{self, Api, Client, PostParams, Selector, WatchEvent, WatchParams};
 
 /// client-go's `JitterFactor`: acquire attempts are spaced `retry_period × [1, 2.2)` apart,
 /// and `renew_deadline` must exceed `retry_period × 1.2`.
@@ -88,7 +114,8 @@ pub enum Error {
     InvalidConfig(String),
 
     /// Leadership was lost: no renewal succeeded within `renew_deadline`, or another
-    /// candidate holds the lease. The process should stop its controllers and exit.
+    /// candidate holds the lease. What the lease guards must stop at once; then compete
+    /// again (call [`LeaderElector::run`] again) or exit.
     #[error("leader election lost: lease {lease}: {reason}")]
     Lost {
         /// The lease, as `namespace/name`.
@@ -120,12 +147,15 @@ pub struct LeaderElectionConfig {
     pub retry_period: Duration,
     /// Release the lease when `run`'s shutdown completes, so another candidate takes over
     /// at once instead of after `lease_duration`. Only safe if everything the lease guards
-    /// has stopped by then. Default false.
+    /// has stopped by then: the manager ends `run` only once its controllers have stopped
+    /// (and keeps the lease when it could not wait for them, see
+    /// [`LeaderElector::keep_lease`]). Default true (controller-runtime's is false: its
+    /// manager cannot tell whether the user's runnables have stopped).
     pub release_on_cancel: bool,
 }
 
 impl LeaderElectionConfig {
-    /// controller-runtime's defaults (15 s / 10 s / 2 s, no release on cancel) for the
+    /// controller-runtime's durations (15 s / 10 s / 2 s), and release on cancel, for the
     /// lease `namespace/lease_name`, with identity `<hostname>_<random UUID>`.
     pub fn new(lease_name: impl Into<String>, namespace: impl Into<String>) -> Self {
         LeaderElectionConfig {
@@ -135,7 +165,7 @@ impl LeaderElectionConfig {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
-            release_on_cancel: false,
+            release_on_cancel: true,
         }
     }
 
@@ -312,12 +342,19 @@ enum Decision {
 }
 
 /// client-go's decision (`tryAcquireOrRenew`, steps 3–4), given what has been observed.
+///
+/// `renewing` says whether this elector leads now. A record naming this elector while it
+/// does not lead (it lost the lease and competes again, see [`LeaderElector::run`]) is
+/// taken as a new term, with a new acquire time and transitions plus one: that term's
+/// work must not be mistaken for the lost one's. client-go never meets this case, as its
+/// process exits when it loses the lease.
 fn decide(
     observed: &Observed,
     now: Instant,
     identity: &str,
     lease_seconds: i32,
     wall: MicroTime,
+    renewing: bool,
 ) -> Decision {
     let current = &observed.record;
     let mine = current.holder == identity;
@@ -326,7 +363,7 @@ fn decide(
             holder: current.holder.clone(),
         };
     }
-    let (acquire_time, transitions) = if mine {
+    let (acquire_time, transitions) = if mine && renewing {
         (current.acquire_time.clone(), current.transitions)
     } else {
         (Some(wall.clone()), current.transitions.saturating_add(1))
@@ -352,6 +389,10 @@ trait LeaseStore: Send + Sync {
     fn create(&self, lease: Lease) -> BoxFuture<'_, client::Result<Lease>>;
     /// Replaces the lease at the `resourceVersion` it carries.
     fn replace(&self, lease: Lease) -> BoxFuture<'_, client::Result<Lease>>;
+    /// Completes when the lease changes after `version` (at once if it has already), with
+    /// the lease as it is now (`None`: deleted, or not known), or never if the store cannot
+    /// tell; an error if it cannot watch.
+    fn changed(&self, version: Option<String>) -> BoxFuture<'_, client::Result<Option<Lease>>>;
 }
 
 struct ApiStore {
@@ -375,6 +416,33 @@ impl LeaseStore for ApiStore {
                 .await
         })
     }
+
+    /// A watch of this one lease from `version`: its first change (a bookmark is none).
+    fn changed(&self, version: Option<String>) -> BoxFuture<'_, client::Result<Option<Lease>>> {
+        Box::pin(async move {
+            let params = WatchParams {
+                selector: Selector {
+                    fields: Some(format!("metadata.name={}", self.name)),
+                    ..Selector::default()
+                },
+                resource_version: version,
+                ..WatchParams::default()
+            };
+            let mut events = self.api.watch(&params).await?;
+            loop {
+                match events.next().await {
+                    Some(Ok(WatchEvent::Bookmark(_))) => {}
+                    Some(Ok(WatchEvent::Added(lease) | WatchEvent::Modified(lease))) => {
+                        return Ok(Some(lease));
+                    }
+                    Some(Ok(WatchEvent::Deleted(_))) => return Ok(None),
+                    Some(Err(e)) => return Err(e),
+                    // Ended by the server: the retry period goes on.
+                    None => std::future::pending::<()>().await,
+                }
+            }
+        })
+    }
 }
 
 // === LeaderElector ===
@@ -387,6 +455,8 @@ pub struct LeaderElector {
     leading: watch::Sender<bool>,
     status: Option<LeaderStatus>,
     running: AtomicBool,
+    /// Set by [`keep_lease`](LeaderElector::keep_lease): no release on shutdown.
+    keep_lease: AtomicBool,
 }
 
 /// What the elector knows; never held across an await.
@@ -445,6 +515,7 @@ impl LeaderElector {
             leading: watch::Sender::new(false),
             status: None,
             running: AtomicBool::new(false),
+            keep_lease: AtomicBool::new(false),
         })
     }
 
@@ -454,6 +525,14 @@ impl LeaderElector {
         status.set(*self.leading.borrow());
         self.status = Some(status);
         self
+    }
+
+    /// Keeps the lease when `run`'s shutdown completes, even with `release_on_cancel`: for
+    /// a caller that could not stop everything the lease guards (the manager, when its
+    /// graceful shutdown timeout is zero and reconciles may still run). The others then
+    /// take over after `lease_duration`, as after a crash.
+    pub fn keep_lease(&self) {
+        self.keep_lease.store(true, Ordering::Release);
     }
 
     /// A receiver that reads `true` while this elector leads.
@@ -531,31 +610,48 @@ impl LeaderElector {
         let desc = self.describe();
 
         tracing::info!(lease = %desc, identity = %self.config.identity, "attempting to acquire leader lease");
-        loop {
+        // The lease as a watch event just delivered it: the next attempt need not read it.
+        let mut seen: Option<Lease> = None;
+        let mut valid_until = loop {
+            let sent = Instant::now();
             let attempt = tokio::select! {
                 () = &mut shutdown => return Ok(()),
-                a = self.try_acquire_or_renew(false) => a,
+                a = self.try_acquire_or_renew_from(false, seen.take()) => a,
             };
             self.report_transition();
             if attempt == Attempt::Led {
-                break;
+                break sent + self.config.renew_deadline;
             }
+            let (wake, version) = self.next_attempt();
+            let changed = async {
+                match self.store.changed(version).await {
+                    Ok(lease) => lease,
+                    Err(e) => {
+                        // Without a watch (no RBAC for it, say), the polling goes on.
+                        tracing::debug!(lease = %desc, error = %e, "cannot watch the lease; polling it");
+                        std::future::pending().await
+                    }
+                }
+            };
             tokio::select! {
                 () = &mut shutdown => return Ok(()),
-                () = tokio::time::sleep(jittered(self.config.retry_period)) => {}
+                () = tokio::time::sleep_until(wake) => {}
+                lease = changed => seen = lease,
             }
-        }
-        tracing::info!(lease = %desc, identity = %self.config.identity, term = self.term(), "successfully acquired lease");
+        };
+        let term = self.term();
+        tracing::info!(lease = %desc, identity = %self.config.identity, term, "successfully acquired lease");
         self.set_leading(true);
 
         let lost = loop {
             let renewed = tokio::select! {
                 () = &mut shutdown => break None,
-                r = self.renew() => r,
+                r = self.renew(valid_until) => r,
             };
             self.report_transition();
-            if let Err(reason) = renewed {
-                break Some(reason);
+            match renewed {
+                Ok(until) => valid_until = until,
+                Err(reason) => break Some(reason),
             }
             tokio::select! {
                 () = &mut shutdown => break None,
@@ -565,14 +661,14 @@ impl LeaderElector {
         self.set_leading(false);
         match lost {
             None => {
-                if self.config.release_on_cancel {
+                if self.config.release_on_cancel && !self.keep_lease.load(Ordering::Acquire) {
                     self.release().await;
                 }
-                tracing::info!(lease = %desc, "stopped leading");
+                tracing::info!(lease = %desc, term, "stopped leading");
                 Ok(())
             }
             Some(reason) => {
-                tracing::error!(lease = %desc, %reason, "leader election lost");
+                tracing::error!(lease = %desc, term, %reason, "leader election lost");
                 Err(Error::Lost {
                     lease: desc,
                     reason,
@@ -581,13 +677,39 @@ impl LeaderElector {
         }
     }
 
-    /// One renewal: attempts every `retry_period` until one succeeds or `renew_deadline`
-    /// has passed.
-    async fn renew(&self) -> Result<(), String> {
-        let deadline = Instant::now() + self.config.renew_deadline;
+    /// When the next attempt to acquire is due, and the lease's `resourceVersion` as last
+    /// read, from which a watch reports the next change: the jittered retry period, or
+    /// sooner the moment the observed holder's lease expires.
+    fn next_attempt(&self) -> (Instant, Option<String>) {
+        let now = Instant::now();
+        let mut wake = now + jittered(self.config.retry_period);
+        let state = self.state.lock();
+        if let Some(o) = &state.observed
+            && !o.record.holder.is_empty()
+        {
+            let seconds = u64::try_from(o.record.lease_duration_seconds).unwrap_or(0);
+            wake = wake.min((o.at + Duration::from_secs(seconds)).max(now));
+        }
+        let version = state
+            .lease
+            .as_ref()
+            .and_then(|l| l.metadata.resource_version.clone());
+        (wake, version)
+    }
+
+    /// One renewal: attempts every `retry_period` until one succeeds or `valid_until` has
+    /// come, and returns until when the renewal it made keeps this elector leading: the
+    /// moment its request was *sent* plus `renew_deadline`. The server wrote the renewal
+    /// after that moment, so every other candidate observed it later still, and waits
+    /// `lease_duration` from its observation before it takes over: this elector stops
+    /// leading at least `lease_duration - renew_deadline` before anyone else can lead
+    /// (the margin for the clocks' rates and for the last requests in flight).
+    async fn renew(&self, valid_until: Instant) -> Result<Instant, String> {
+        let deadline = valid_until;
         loop {
+            let sent = Instant::now();
             match tokio::time::timeout_at(deadline, self.try_acquire_or_renew(true)).await {
-                Ok(Attempt::Led) => return Ok(()),
+                Ok(Attempt::Led) => return Ok(sent + self.config.renew_deadline),
                 Ok(Attempt::HeldBy(holder)) => {
                     return Err(format!("the lease is held by {holder:?}"));
                 }
@@ -602,7 +724,7 @@ impl LeaderElector {
             tokio::time::sleep_until(next).await;
         }
         Err(format!(
-            "failed to renew the lease within the renew deadline ({:?})",
+            "failed to renew the lease within the renew deadline ({:?}) of the last renewal",
             self.config.renew_deadline
         ))
     }
@@ -610,6 +732,12 @@ impl LeaderElector {
     /// One attempt to acquire or renew (client-go's `tryAcquireOrRenew`). With `renewing`,
     /// a lease read naming anyone else means leadership is gone.
     async fn try_acquire_or_renew(&self, renewing: bool) -> Attempt {
+        self.try_acquire_or_renew_from(renewing, None).await
+    }
+
+    /// [`try_acquire_or_renew`](Self::try_acquire_or_renew), starting from `known`, the
+    /// lease as a watch delivered it just now, instead of reading it.
+    async fn try_acquire_or_renew_from(&self, renewing: bool, known: Option<Lease>) -> Attempt {
         let identity = self.config.identity.as_str();
         let lease_seconds = self.config.lease_seconds();
         let desc = self.describe();
@@ -619,7 +747,7 @@ impl LeaderElector {
             let state = self.state.lock();
             match (&state.observed, &state.lease) {
                 (Some(o), Some(lease))
-                    if o.record.holder == identity && o.valid(Instant::now()) =>
+                    if renewing && o.record.holder == identity && o.valid(Instant::now()) =>
                 {
                     let record = Record {
                         renew_time: Some(micro_now()),
@@ -645,13 +773,16 @@ impl LeaderElector {
             }
         }
 
-        // 2. Read, or create if absent.
-        let current = match self.request(self.store.get()).await {
-            Ok(current) => current,
-            Err(e) => {
-                tracing::warn!(lease = %desc, error = %e, "error retrieving lease");
-                return Attempt::Failed;
-            }
+        // 2. Read (unless a watch just delivered it), or create if absent.
+        let current = match known {
+            Some(known) => Some(known),
+            None => match self.request(self.store.get()).await {
+                Ok(current) => current,
+                Err(e) => {
+                    tracing::warn!(lease = %desc, error = %e, "error retrieving lease");
+                    return Attempt::Failed;
+                }
+            },
         };
         let now = Instant::now();
         let Some(current) = current else {
@@ -697,7 +828,14 @@ impl LeaderElector {
             observe(&mut state.observed, record, now);
             state.lease = Some(current.clone());
             let observed = state.observed.as_ref().expect("just observed");
-            decide(observed, now, identity, lease_seconds, micro_now())
+            decide(
+                observed,
+                now,
+                identity,
+                lease_seconds,
+                micro_now(),
+                renewing,
+            )
         };
         let record = match decision {
             Decision::Held { holder } => {
@@ -862,6 +1000,8 @@ mod tests {
     #[derive(Default)]
     struct Fake {
         inner: parking_lot::Mutex<FakeState>,
+        /// Woken on every write, for [`LeaseStore::changed`].
+        changes: tokio::sync::Notify,
     }
 
     #[derive(Default)]
@@ -869,6 +1009,8 @@ mod tests {
         lease: Option<Lease>,
         version: u64,
         failing: bool,
+        /// Every request waits forever.
+        hanging: bool,
         calls: Vec<&'static str>,
     }
 
@@ -880,6 +1022,10 @@ mod tests {
 
         fn set_failing(&self, failing: bool) {
             self.inner.lock().failing = failing;
+        }
+
+        fn set_hanging(&self, hanging: bool) {
+            self.inner.lock().hanging = hanging;
         }
 
         fn calls(&self) -> Vec<&'static str> {
@@ -894,6 +1040,8 @@ mod tests {
             let lease = s.lease.get_or_insert_with(Lease::default);
             lease.metadata.resource_version = Some(version);
             lease.spec = Some(record.to_spec());
+            drop(s);
+            self.changes.notify_waiters();
         }
 
         fn store(self: &Arc<Self>) -> Box<dyn LeaseStore> {
@@ -912,7 +1060,14 @@ mod tests {
             } else {
                 Ok(s.lease.clone())
             };
-            Box::pin(async move { r })
+            let hang = s.hanging;
+            drop(s);
+            Box::pin(async move {
+                if hang {
+                    std::future::pending::<()>().await;
+                }
+                r
+            })
         }
 
         fn create(&self, mut lease: Lease) -> BoxFuture<'_, client::Result<Lease>> {
@@ -926,9 +1081,17 @@ mod tests {
                 s.version += 1;
                 lease.metadata.resource_version = Some(s.version.to_string());
                 s.lease = Some(lease.clone());
+                self.0.changes.notify_waiters();
                 Ok(lease)
             };
-            Box::pin(async move { r })
+            let hang = s.hanging;
+            drop(s);
+            Box::pin(async move {
+                if hang {
+                    std::future::pending::<()>().await;
+                }
+                r
+            })
         }
 
         fn replace(&self, mut lease: Lease) -> BoxFuture<'_, client::Result<Lease>> {
@@ -948,9 +1111,35 @@ mod tests {
                 s.version += 1;
                 lease.metadata.resource_version = Some(s.version.to_string());
                 s.lease = Some(lease.clone());
+                self.0.changes.notify_waiters();
                 Ok(lease)
             };
-            Box::pin(async move { r })
+            let hang = s.hanging;
+            drop(s);
+            Box::pin(async move {
+                if hang {
+                    std::future::pending::<()>().await;
+                }
+                r
+            })
+        }
+
+        fn changed(&self, version: Option<String>) -> BoxFuture<'_, client::Result<Option<Lease>>> {
+            let fake = self.0.clone();
+            Box::pin(async move {
+                loop {
+                    let notified = fake.changes.notified();
+                    let current = fake.inner.lock().lease.clone();
+                    let current_version = current
+                        .as_ref()
+                        .and_then(|l| l.metadata.resource_version.clone());
+                    if current_version != version {
+                        fake.inner.lock().calls.push("changed");
+                        return Ok(current);
+                    }
+                    notified.await;
+                }
+            })
         }
     }
 
@@ -1001,7 +1190,7 @@ mod tests {
         };
         let now = start + Duration::from_secs(14);
         assert_eq!(
-            decide(&observed, now, "me", 15, wall(100)),
+            decide(&observed, now, "me", 15, wall(100), false),
             Decision::Held {
                 holder: "other".into()
             }
@@ -1009,7 +1198,7 @@ mod tests {
         // Expired after the *record's* duration from the local observation.
         let now = start + Duration::from_secs(15);
         assert_eq!(
-            decide(&observed, now, "me", 10, wall(100)),
+            decide(&observed, now, "me", 10, wall(100), false),
             Decision::Write(Record {
                 holder: "me".into(),
                 lease_duration_seconds: 10,
@@ -1032,7 +1221,7 @@ mod tests {
             },
             at: start,
         };
-        match decide(&observed, start, "me", 15, wall(5)) {
+        match decide(&observed, start, "me", 15, wall(5), false) {
             Decision::Write(r) => {
                 assert_eq!(r.holder, "me");
                 assert_eq!(r.transitions, 8);
@@ -1056,7 +1245,14 @@ mod tests {
             at: start,
         };
         assert_eq!(
-            decide(&observed, start + Duration::from_secs(1), "me", 15, wall(9)),
+            decide(
+                &observed,
+                start + Duration::from_secs(1),
+                "me",
+                15,
+                wall(9),
+                true
+            ),
             Decision::Write(Record {
                 holder: "me".into(),
                 lease_duration_seconds: 15,
@@ -1186,8 +1382,8 @@ mod tests {
         task.await.unwrap().unwrap();
         assert!(!*e.leading().borrow());
         assert!(!status.get());
-        // No release by default: the record still names us.
-        assert_eq!(fake.record().unwrap().holder, "me");
+        // Released by default: nobody holds the lease.
+        assert_eq!(fake.record().unwrap().holder, "");
     }
 
     #[tokio::test(start_paused = true)]
@@ -1269,12 +1465,108 @@ mod tests {
         let result = task.await.unwrap();
         let after = failing_since.elapsed();
         assert!(matches!(result, Err(Error::Lost { .. })), "{result:?}");
-        // The renewal that began within one retry period of the failure gave up
-        // renew_deadline later.
-        assert!(after >= Duration::from_secs(10), "{after:?}");
-        assert!(after <= Duration::from_secs(12), "{after:?}");
+        // The last successful renewal was sent at most one retry period before the
+        // failures began; leadership ends renew_deadline after it was sent.
+        assert!(after >= Duration::from_secs(8), "{after:?}");
+        assert!(after <= Duration::from_secs(10), "{after:?}");
         assert!(!*e.leading().borrow());
         assert!(!status.get());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_never_answers_ends_leadership_renew_deadline_after_the_last_send() {
+        let fake = Arc::new(Fake::default());
+        let e = elector(&fake, config("me"));
+        let (_stop, task) = spawn_run(&e);
+        until_leading(&e, true).await;
+        // Every later request hangs: the deadline must not wait for their timeouts.
+        let last_write = Instant::now();
+        fake.set_hanging(true);
+        let result = task.await.unwrap();
+        assert!(matches!(result, Err(Error::Lost { .. })), "{result:?}");
+        let after = last_write.elapsed();
+        assert!(after <= Duration::from_secs(10), "{after:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_elector_that_lost_the_lease_runs_again_in_a_new_term() {
+        let fake = Arc::new(Fake::default());
+        let e = elector(&fake, config("me"));
+        let (_stop, task) = spawn_run(&e);
+        until_leading(&e, true).await;
+        let first = fake.record().unwrap();
+        fake.set_failing(true);
+        assert!(matches!(task.await.unwrap(), Err(Error::Lost { .. })));
+        assert!(!*e.leading().borrow());
+        // The lease still names this elector; running again is a new term all the same.
+        fake.set_failing(false);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (_stop, _task) = spawn_run(&e);
+        until_leading(&e, true).await;
+        let second = fake.record().unwrap();
+        assert_eq!(second.holder, "me");
+        assert_eq!(second.transitions, first.transitions + 1);
+        assert_eq!(e.term(), second.transitions);
+        assert_ne!(second.acquire_time, first.acquire_time);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_takes_a_released_lease_as_soon_as_it_sees_the_release() {
+        let fake = Arc::new(Fake::default());
+        let held = Record {
+            holder: "other".into(),
+            lease_duration_seconds: 15,
+            renew_time: Some(wall(1)),
+            transitions: 3,
+            ..Record::default()
+        };
+        fake.overwrite(&held);
+        let e = elector(&fake, config("me"));
+        let (_stop, _task) = spawn_run(&e);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(!*e.leading().borrow());
+        let _ = fake.calls();
+        let released = Instant::now();
+        fake.overwrite(&Record {
+            holder: String::new(),
+            lease_duration_seconds: 1,
+            ..held
+        });
+        until_leading(&e, true).await;
+        // No retry period waited: the watch woke the standby, and handed it the lease it
+        // then wrote without reading it again.
+        assert!(released.elapsed() < Duration::from_millis(100));
+        assert_eq!(fake.calls()[..2], ["changed", "replace"]);
+        assert_eq!(fake.record().unwrap().transitions, 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_tries_again_the_moment_the_holders_lease_expires() {
+        let fake = Arc::new(Fake::default());
+        fake.overwrite(&Record {
+            holder: "other".into(),
+            lease_duration_seconds: 15,
+            renew_time: Some(wall(1)),
+            ..Record::default()
+        });
+        let e = elector(&fake, config("me"));
+        let began = Instant::now();
+        let (_stop, _task) = spawn_run(&e);
+        until_leading(&e, true).await;
+        // Observed at the first attempt, expired 15 s later: not a jittered retry after.
+        assert_eq!(began.elapsed().as_secs(), 15);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keep_lease_skips_the_release_on_cancel() {
+        let fake = Arc::new(Fake::default());
+        let e = elector(&fake, config("me"));
+        let (stop, task) = spawn_run(&e);
+        until_leading(&e, true).await;
+        e.keep_lease();
+        stop.send(()).unwrap();
+        task.await.unwrap().unwrap();
+        assert_eq!(fake.record().unwrap().holder, "me");
     }
 
     #[tokio::test(start_paused = true)]

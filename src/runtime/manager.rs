@@ -25,10 +25,10 @@
 //! [`add`](Manager::add)ed and webhook servers added while the manager runs start at once,
 //! as controller-runtime's do: a webhook server at once, a runnable that does not need
 //! leadership once the caches have synced, a controller or a leader-only runnable at once
-//! if this replica leads, else when it comes to lead. The informers a late controller asks
-//! for start at once, and its workers wait for them to sync (within the cache's
-//! `sync_timeout`; a cache that cannot sync stops the manager with the error, naming the
-//! kind). Once the manager is stopping, anything added fails with [`ManagerError::Stopped`].
+//! if this replica leads, else when it comes to lead (and again at each later term). The
+//! informers a late controller asks for start at once, and its workers wait for them to
+//! sync (within the cache's `sync_timeout`; a cache that cannot sync stops the manager with
+//! the error, naming the kind). Once the manager is stopping, anything added fails with [`ManagerError::Stopped`].
 //!
 //! # Stopping
 //!
@@ -41,10 +41,42 @@
 //! process). The lease is released if configured, then the cache and the servers stop. A
 //! timeout of zero does not wait at all, as in controller-runtime: the runnables are told to
 //! stop and finish on their own, and the manager returns at once without an error. A second
-//! signal exits the process at once. Losing the lease returns
-//! [`ManagerError::LeaderElectionLost`] without waiting: another replica leads now, and
-//! nothing of this one may keep writing. A runnable that fails (a late controller whose
-//! cache does not sync) stops the manager gracefully with its error.
+//! signal exits the process at once. The lease is released only once the controllers have
+//! stopped; with a zero timeout they may still run, and the lease is kept (it expires).
+//! A runnable that fails (a late controller whose cache does not sync) stops the manager
+//! gracefully with its error.
+//!
+//! # Losing the lease
+//!
+//! A replica that loses the lease (no renewal within the renew deadline, or another
+//! replica took it) stops leading without a restart, by default
+//! ([`OnLeaseLost::Compete`]):
+//!
+//! 1. what needs leadership stops at once: the controllers' workers take no more keys,
+//!    [`stopping`](super::controller::stopping) completes, and every reconcile in flight is
+//!    dropped at its next `.await`, without the grace period (another replica may lead
+//!    soon); the manager waits until none runs. Each controller's queue goes with its term:
+//!    while the replica does not lead its handlers queue nothing and keep no deleted
+//!    objects' states;
+//! 2. the process, its caches (the informers keep watching), the runnables that do not
+//!    need leadership and the servers keep running; `/readyz` stays ready and
+//!    `leader_election_master_status` reads 0;
+//! 3. it competes for the lease again; when it leads again (a new term: the Lease's
+//!    `leaseTransitions` is one more), every controller starts afresh on a new queue that
+//!    its caches fill as a fresh process's initial lists would (every cached object
+//!    through each watch's filters and mapping, at low priority), and every runnable that
+//!    needs leadership is called again.
+//!
+//! Nothing of a term runs after the elector stops leading, at most `renew_deadline` after
+//! the last successful renewal was sent, which is `lease_duration - renew_deadline` (5 s
+//! by default) before any other replica can lead: see the
+//! [elector's guarantee](super::leader_election#the-guarantee). A reconcile blocked outside
+//! an `.await` cannot be dropped: reconciles must not block.
+//!
+//! [`OnLeaseLost::Exit`] keeps controller-runtime's behaviour instead:
+//! [`run_until`](Manager::run_until) drops what needs leadership at once, stops the rest,
+//! and returns [`ManagerError::LeaderElectionLost`]; the process is expected to exit and be
+//! restarted.
 
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
@@ -104,7 +136,8 @@ pub enum ManagerError {
     /// Leader election could not start (bad durations) or failed while acquiring.
     #[error("leader election: {0}")]
     LeaderElection(#[source] super::leader_election::Error),
-    /// The lease was lost while leading: the process must stop.
+    /// The lease was lost while leading, with [`OnLeaseLost::Exit`]: the process must
+    /// stop.
     #[error("leader election lost: {0}")]
     LeaderElectionLost(#[source] super::leader_election::Error),
     /// Runnables did not finish within the graceful shutdown timeout.
@@ -143,6 +176,9 @@ pub struct ManagerOptions {
     /// Leader election, when the controllers must run in one replica only. `None` (the
     /// default): every replica runs them.
     pub leader_election: Option<LeaderElectionConfig>,
+    /// What losing the lease does: compete again without a restart (the default), or stop
+    /// the manager as controller-runtime does. See the [module docs](self#losing-the-lease).
+    pub on_lease_lost: OnLeaseLost,
     /// What the cache holds.
     pub cache: CacheOptions,
     /// How long stopping waits for runnables (reconciles in flight) to finish. Default 30 s.
@@ -173,6 +209,7 @@ impl Default for ManagerOptions {
             metrics_secure: None,
             health_probe_bind_address: None,
             leader_election: None,
+            on_lease_lost: OnLeaseLost::default(),
             cache: CacheOptions::default(),
             graceful_shutdown_timeout: Duration::from_secs(30),
             reconcile_timeout: None,
@@ -183,13 +220,29 @@ impl Default for ManagerOptions {
 }
 
 pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Result<(), ManagerError>> + Send>>;
-/// A runnable: given a stop signal (true once stopping), runs until it has stopped. An
-/// error stops the manager.
-type RunFn = Box<dyn FnOnce(watch::Receiver<bool>) -> BoxFuture + Send>;
+/// A runnable: given a stop signal (true once stopping, or, for one that needs leadership,
+/// once this replica's term as leader ends), runs until it has stopped. An error stops the
+/// manager. One that needs leadership is called again for each term.
+type RunFn = Arc<dyn Fn(watch::Receiver<bool>) -> BoxFuture + Send + Sync>;
 
+#[derive(Clone)]
 struct Runnable {
     name: String,
     run: RunFn,
+}
+
+/// What a replica does when it loses the leader election's lease while it leads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnLeaseLost {
+    /// Stop the controllers and the runnables that need leadership at once (reconciles in
+    /// flight are dropped), keep the process, its caches and its servers, and compete for
+    /// the lease again; on leading again, start them afresh. The default.
+    #[default]
+    Compete,
+    /// Stop the manager: [`Manager::run_until`] returns
+    /// [`ManagerError::LeaderElectionLost`] and the process is expected to exit, as
+    /// controller-runtime's does (its users restart it, kubernetes-sigs/controller-runtime#1774).
+    Exit,
 }
 
 /// Something to run: before the start it waits in [`Phase::Setup`]; after, the running
@@ -479,20 +532,23 @@ impl Manager {
 
     /// Adds a runnable: `run` is given a stop signal (it turns true when the manager stops)
     /// and must return soon after. With `needs_leader`, it runs only while this replica
-    /// leads, like controllers; otherwise once the caches have synced. Added after the
-    /// start, it starts at once (a leader-only one when this replica leads).
+    /// leads, like controllers: `run` is called at the start of each term as leader, and
+    /// its signal also turns true when the term ends (then the runnable is dropped at once,
+    /// see [losing the lease](self#losing-the-lease)). Otherwise it is called once, when
+    /// the caches have synced. Added after the start, it starts at once (a leader-only one
+    /// when this replica leads).
     ///
     /// # Errors
     ///
     /// [`ManagerError::Stopped`] if the manager is stopping or has stopped.
     pub fn add<F, Fut>(&self, name: &str, needs_leader: bool, run: F) -> Result<(), ManagerError>
     where
-        F: FnOnce(watch::Receiver<bool>) -> Fut + Send + 'static,
+        F: Fn(watch::Receiver<bool>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let runnable = Runnable {
             name: name.to_owned(),
-            run: Box::new(move |stop| {
+            run: Arc::new(move |stop| {
                 let run = run(stop);
                 Box::pin(async move {
                     run.await;
@@ -547,12 +603,15 @@ impl Manager {
     /// [`ManagerError::Stopped`] if the manager is stopping or has stopped.
     pub fn shard(&self, shard: super::shard::Shard) -> Result<(), ManagerError> {
         *self.shared.shard.lock() = Some(shard.clone());
-        self.add("shard-membership", false, move |mut stop| async move {
-            shard
-                .run(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
+        self.add("shard-membership", false, move |mut stop| {
+            let shard = shard.clone();
+            async move {
+                shard
+                    .run(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await
+            }
         })
     }
 
@@ -634,15 +693,17 @@ impl Manager {
         Ok(())
     }
 
+    /// Registers a controller's workers: `run` is called at the start of each term as
+    /// leader (once, without leader election).
     pub(crate) fn add_controller(
         &self,
         name: String,
-        run: impl FnOnce(watch::Receiver<bool>) -> BoxFuture + Send + 'static,
+        run: impl Fn(watch::Receiver<bool>) -> BoxFuture + Send + Sync + 'static,
     ) -> Result<(), ManagerError> {
         self.register(Registration::Runnable {
             runnable: Runnable {
                 name,
-                run: Box::new(run),
+                run: Arc::new(run),
             },
             needs_leader: true,
         })
@@ -673,7 +734,8 @@ impl Manager {
     /// # Errors
     ///
     /// [`ManagerError::Bind`] if a server cannot bind, [`ManagerError::Cache`] if a cache
-    /// does not sync in time, [`ManagerError::LeaderElectionLost`] when the lease is lost,
+    /// does not sync in time, [`ManagerError::LeaderElectionLost`] when the lease is lost
+    /// with [`OnLeaseLost::Exit`],
     /// [`ManagerError::ShutdownTimeout`] if reconciles outlast the grace period (a nonzero
     /// one), or the error of a runnable that failed.
     pub async fn run_until(
@@ -706,13 +768,17 @@ impl Manager {
             manager: self.clone(),
             servers: JoinSet::new(),
             running: JoinSet::new(),
+            leading: JoinSet::new(),
             stop_runnables: watch::Sender::new(false),
+            stop_term: watch::Sender::new(false),
+            elector: None,
+            term: 0,
             stop_all: watch::Sender::new(false),
             election: JoinSet::new(),
             stop_election: watch::Sender::new(false),
             stage: Stage::Syncing,
             unsynced: Vec::new(),
-            unled: Vec::new(),
+            led: Vec::new(),
         };
         let started = run.serve(pending).await;
         self.shared.bound.send_modify(|b| b.done = true);
@@ -766,10 +832,19 @@ struct Run {
     manager: Manager,
     /// The HTTP servers (metrics, probes, webhooks): they stop last.
     servers: JoinSet<()>,
-    /// The runnables and controllers running now, by name.
+    /// The runnables that do not need leadership running now, by name.
     running: JoinSet<(String, Result<(), ManagerError>)>,
+    /// The controllers and runnables of this term as leader running now, by name.
+    leading: JoinSet<(String, Result<(), ManagerError>)>,
     /// Turns true when the runnables are to stop.
     stop_runnables: watch::Sender<bool>,
+    /// Turns true when this term as leader ends (or the manager stops): the stop signal of
+    /// what runs in `leading`. A new one for each term.
+    stop_term: watch::Sender<bool>,
+    /// The elector, with leader election.
+    elector: Option<Arc<LeaderElector>>,
+    /// The lease's term this replica leads in, while it does.
+    term: i32,
     /// Turns true when the cache and the servers are to stop.
     stop_all: watch::Sender<bool>,
     /// The leader elector's task, when configured.
@@ -780,8 +855,8 @@ struct Run {
     stage: Stage,
     /// Runnables waiting for the caches to sync.
     unsynced: Vec<Runnable>,
-    /// Runnables waiting for this replica to lead.
-    unled: Vec<Runnable>,
+    /// Every runnable that needs leadership: started at each term's start.
+    led: Vec<Runnable>,
 }
 
 /// How far the start has come; each stage starts what waited for it.
@@ -892,6 +967,7 @@ impl Run {
             },
             None => None,
         };
+        self.elector = elector.clone();
         let mut leading = match &elector {
             Some(elector) => elector.leading(),
             None => watch::channel(true).1,
@@ -908,36 +984,22 @@ impl Run {
                     // 3. Runnables that do not need leadership.
                     self.stage = Stage::Electing;
                     for runnable in std::mem::take(&mut self.unsynced) {
-                        self.spawn(runnable, Span::none());
+                        self.spawn(runnable);
                     }
                     // 4. Leader election, when configured.
-                    if let Some(elector) = &elector {
-                        let running = elector.clone();
-                        let mut stop = self.stop_election.subscribe();
-                        self.election.spawn(async move {
-                            running.run(async move { signalled(&mut stop).await }).await
-                        });
-                        let identity = elector.identity();
-                        tracing::info!(identity, "waiting to become the leader");
-                    }
+                    self.campaign();
                 }
-                () = signalled(&mut leading), if electing => {
-                    // While leading, everything the controllers log (each reconcile's span
-                    // among it) carries this leader's identity and term.
-                    let span = match &elector {
-                        Some(elector) => {
-                            let (identity, term) = (elector.identity(), elector.term());
-                            tracing::info!(identity, "became the leader");
-                            tracing::info_span!("leading", identity, term)
-                        }
-                        None => Span::none(),
-                    };
-                    for runnable in std::mem::take(&mut self.unled) {
-                        self.spawn(runnable, span.clone());
-                    }
-                    self.stage = Stage::Leading(span);
-                }
+                () = signalled(&mut leading), if electing => self.start_term(),
                 Some(outcome) = self.election.join_next() => match outcome {
+                    Ok(Err(super::leader_election::Error::Lost { .. }))
+                        if shared.options.on_lease_lost == OnLeaseLost::Compete =>
+                    {
+                        // A term so short that it never started has nothing to stop.
+                        if matches!(self.stage, Stage::Leading(_)) {
+                            self.end_term().await;
+                        }
+                        self.campaign();
+                    }
                     Ok(Err(e)) if matches!(self.stage, Stage::Leading(_)) => {
                         return End::LeaseLost(e);
                     }
@@ -949,16 +1011,82 @@ impl Run {
                         return End::Stop(Err(e));
                     }
                 }
-                Some(done) = self.running.join_next() => match done {
-                    Ok((name, Ok(()))) => tracing::debug!(runnable = %name, "returned"),
-                    Ok((name, Err(error))) => {
-                        tracing::error!(runnable = %name, %error, "failed; stopping the manager");
+                Some(done) = self.running.join_next() => {
+                    if let Err(error) = returned(done) {
                         return End::Stop(Err(error));
                     }
-                    Err(e) => tracing::error!(error = %e, "a runnable panicked"),
-                },
+                }
+                Some(done) = self.leading.join_next() => {
+                    if let Err(error) = returned(done) {
+                        return End::Stop(Err(error));
+                    }
+                }
             }
         }
+    }
+
+    /// Step 4: competes for the lease, when leader election is configured (again after a
+    /// term ended).
+    fn campaign(&mut self) {
+        if let Some(elector) = &self.elector {
+            let running = elector.clone();
+            let mut stop = self.stop_election.subscribe();
+            self.election
+                .spawn(async move { running.run(async move { signalled(&mut stop).await }).await });
+            let identity = elector.identity();
+            tracing::info!(identity, "waiting to become the leader");
+        }
+    }
+
+    /// This replica leads (or there is no leader election): starts every runnable that
+    /// needs leadership, with a fresh stop signal, in a span naming the term.
+    fn start_term(&mut self) {
+        // While leading, everything the controllers log (each reconcile's span among it)
+        // carries this leader's identity and term.
+        let span = match &self.elector {
+            Some(elector) => {
+                let (identity, term) = (elector.identity(), elector.term());
+                self.term = term;
+                tracing::info!(identity, term, "became the leader");
+                tracing::info_span!("leading", identity, term)
+            }
+            None => Span::none(),
+        };
+        self.stop_term = watch::Sender::new(false);
+        self.stage = Stage::Leading(span);
+        for runnable in self.led.clone() {
+            self.spawn_leading(runnable);
+        }
+    }
+
+    /// The lease is lost: drops every runnable of the term at once (each reconcile in
+    /// flight is dropped at its next `.await`) and waits until none runs, then waits to
+    /// lead again. The caches and what does not need leadership keep running.
+    async fn end_term(&mut self) {
+        let identity = match &self.elector {
+            Some(elector) => elector.identity().to_owned(),
+            None => String::new(),
+        };
+        let term = self.term;
+        let _ = self.stop_term.send(true);
+        self.leading.abort_all();
+        let mut runnables = 0usize;
+        while let Some(done) = self.leading.join_next().await {
+            runnables += 1;
+            match done {
+                Err(e) if e.is_cancelled() => {}
+                Err(error) => tracing::error!(%error, "a runnable panicked"),
+                Ok((name, Err(error))) => tracing::error!(runnable = %name, %error, "failed"),
+                Ok(_) => {}
+            }
+        }
+        self.stage = Stage::Electing;
+        tracing::warn!(
+            identity,
+            term,
+            runnables,
+            "lost the lease: stopped the controllers, competing again"
+        );
     }
 
     /// Starts `registration` now if its stage has come, or keeps it for its stage.
@@ -982,17 +1110,13 @@ impl Run {
                 runnable,
                 needs_leader,
             } => match (&self.stage, needs_leader) {
-                (Stage::Leading(span), _) => {
-                    let span = if needs_leader {
-                        span.clone()
-                    } else {
-                        Span::none()
-                    };
-                    self.spawn(runnable, span);
+                (Stage::Leading(_), true) => {
+                    self.led.push(runnable.clone());
+                    self.spawn_leading(runnable);
                 }
-                (Stage::Electing, false) => self.spawn(runnable, Span::none()),
+                (_, true) => self.led.push(runnable),
                 (Stage::Syncing, false) => self.unsynced.push(runnable),
-                (_, true) => self.unled.push(runnable),
+                (_, false) => self.spawn(runnable),
             },
         }
         Ok(())
@@ -1012,14 +1136,27 @@ impl Run {
         }
     }
 
-    fn spawn(&mut self, runnable: Runnable, span: Span) {
+    /// Starts a runnable that does not need leadership.
+    fn spawn(&mut self, runnable: Runnable) {
         let stop = self.stop_runnables.subscribe();
-        self.running.spawn(
+        self.running.spawn(async move {
+            let result = (runnable.run)(stop).await;
+            (runnable.name, result)
+        });
+    }
+
+    /// Starts a runnable that needs leadership, for this term, in the term's span.
+    fn spawn_leading(&mut self, runnable: Runnable) {
+        let Stage::Leading(span) = &self.stage else {
+            return;
+        };
+        let stop = self.stop_term.subscribe();
+        self.leading.spawn(
             async move {
                 let result = (runnable.run)(stop).await;
                 (runnable.name, result)
             }
-            .instrument(span),
+            .instrument(span.clone()),
         );
     }
 
@@ -1036,15 +1173,27 @@ impl Run {
             End::LeaseLost(e) => {
                 // Another replica may lead already: stop at once, without the grace period.
                 let _ = self.stop_runnables.send(true);
+                let _ = self.stop_term.send(true);
                 self.running.abort_all();
+                self.leading.abort_all();
                 Err(ManagerError::LeaderElectionLost(e))
             }
             End::Stop(result) => {
-                if !self.running.is_empty() {
+                if !self.running.is_empty() || !self.leading.is_empty() {
                     tracing::info!("stopping: waiting for reconciles in flight to finish");
                 }
                 let _ = self.stop_runnables.send(true);
+                let _ = self.stop_term.send(true);
                 let drained = self.drain().await;
+                // The lease is released (if configured) once the controllers have stopped,
+                // before the events are flushed, so that a standby takes over at once. Past
+                // the grace period a reconcile stuck outside an `.await` may still run: the
+                // lease is kept then, and expires.
+                if let (Err(_), Some(elector)) = (&drained, &self.elector) {
+                    elector.keep_lease();
+                }
+                let _ = self.stop_election.send(true);
+                while self.election.join_next().await.is_some() {}
                 if !self
                     .manager
                     .shared
@@ -1054,9 +1203,6 @@ impl Run {
                 {
                     self.manager.flush_events().await;
                 }
-                // The lease is released (if configured) once the controllers have stopped.
-                let _ = self.stop_election.send(true);
-                while self.election.join_next().await.is_some() {}
                 result.and(drained)
             }
         };
@@ -1079,18 +1225,27 @@ impl Run {
     async fn drain(&mut self) -> Result<(), ManagerError> {
         let timeout = self.manager.shared.options.graceful_shutdown_timeout;
         if timeout.is_zero() {
-            if !self.running.is_empty() {
+            if !self.running.is_empty() || !self.leading.is_empty() {
                 tracing::info!("graceful shutdown timeout is zero: not waiting for runnables");
+                // They may still write: the lease is not released, it expires.
+                if let Some(elector) = &self.elector {
+                    elector.keep_lease();
+                }
             }
             self.running.detach_all();
+            self.leading.detach_all();
             return Ok(());
         }
         let all = async {
-            while let Some(done) = self.running.join_next().await {
-                match done {
-                    Ok((name, Ok(()))) => tracing::debug!(runnable = %name, "stopped"),
-                    Ok((name, Err(error))) => tracing::error!(runnable = %name, %error, "failed"),
-                    Err(error) => tracing::error!(%error, "a runnable panicked"),
+            for set in [&mut self.running, &mut self.leading] {
+                while let Some(done) = set.join_next().await {
+                    match done {
+                        Ok((name, Ok(()))) => tracing::debug!(runnable = %name, "stopped"),
+                        Ok((name, Err(error))) => {
+                            tracing::error!(runnable = %name, %error, "failed");
+                        }
+                        Err(error) => tracing::error!(%error, "a runnable panicked"),
+                    }
                 }
             }
         };
@@ -1098,14 +1253,30 @@ impl Run {
             Ok(()) => Ok(()),
             Err(_) => {
                 tracing::error!(
-                    still_running = self.running.len(),
+                    still_running = self.running.len() + self.leading.len(),
                     "graceful shutdown timed out after {timeout:?}: dropping what still runs"
                 );
                 self.running.abort_all();
+                self.leading.abort_all();
                 Err(ManagerError::ShutdownTimeout(timeout))
             }
         }
     }
+}
+
+/// Logs how a runnable returned while the manager runs; its error, to stop the manager.
+fn returned(
+    done: Result<(String, Result<(), ManagerError>), tokio::task::JoinError>,
+) -> Result<(), ManagerError> {
+    match done {
+        Ok((name, Ok(()))) => tracing::debug!(runnable = %name, "returned"),
+        Ok((name, Err(error))) => {
+            tracing::error!(runnable = %name, %error, "failed; stopping the manager");
+            return Err(error);
+        }
+        Err(e) => tracing::error!(error = %e, "a runnable panicked"),
+    }
+    Ok(())
 }
 
 /// A server's future, its `Ok(())` dropped: the servers log their own failures, per
@@ -1227,8 +1398,11 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
         let early = tx.clone();
         manager
-            .add("early", false, move |_| async move {
-                early.send("early".to_owned()).unwrap();
+            .add("early", false, move |_| {
+                let early = early.clone();
+                async move {
+                    early.send("early".to_owned()).unwrap();
+                }
             })
             .unwrap();
         let (stop, task) = run(&manager);
@@ -1236,10 +1410,13 @@ mod tests {
         for (name, needs_leader) in [("late", false), ("late-leader", true)] {
             let tx = tx.clone();
             manager
-                .add(name, needs_leader, move |mut stop| async move {
-                    tx.send(name.to_owned()).unwrap();
-                    let _ = stop.wait_for(|s| *s).await;
-                    tx.send(format!("{name} stopped")).unwrap();
+                .add(name, needs_leader, move |mut stop| {
+                    let tx = tx.clone();
+                    async move {
+                        tx.send(name.to_owned()).unwrap();
+                        let _ = stop.wait_for(|s| *s).await;
+                        tx.send(format!("{name} stopped")).unwrap();
+                    }
                 })
                 .unwrap();
             assert_eq!(rx.recv().await.as_deref(), Some(name));
@@ -1328,12 +1505,17 @@ mod tests {
         let (began, has_begun) = oneshot::channel();
         let (finished, has_finished) = oneshot::channel();
         let held = gate.clone();
+        let once = Mutex::new(Some((began, finished)));
         manager
-            .add("slow", true, move |mut stop| async move {
-                began.send(()).unwrap();
-                let _ = stop.wait_for(|s| *s).await;
-                held.acquire().await.unwrap().forget();
-                finished.send(()).unwrap();
+            .add("slow", true, move |mut stop| {
+                let (began, finished) = once.lock().take().expect("called once");
+                let held = held.clone();
+                async move {
+                    began.send(()).unwrap();
+                    let _ = stop.wait_for(|s| *s).await;
+                    held.acquire().await.unwrap().forget();
+                    finished.send(()).unwrap();
+                }
             })
             .unwrap();
         let (stop, task) = run(&manager);
@@ -1352,12 +1534,15 @@ mod tests {
         let manager = manager(Duration::from_secs(5));
         let dropped = Arc::new(AtomicUsize::new(0));
         let (began, has_begun) = oneshot::channel();
-        let guard = OnDrop(dropped.clone());
+        let once = Mutex::new(Some((OnDrop(dropped.clone()), began)));
         manager
-            .add("stuck", false, move |_| async move {
-                let _guard = guard;
-                began.send(()).unwrap();
-                std::future::pending::<()>().await;
+            .add("stuck", false, move |_| {
+                let (guard, began) = once.lock().take().expect("called once");
+                async move {
+                    let _guard = guard;
+                    began.send(()).unwrap();
+                    std::future::pending::<()>().await;
+                }
             })
             .unwrap();
         let (stop, task) = run(&manager);
@@ -1379,10 +1564,14 @@ mod tests {
     async fn a_failing_runnable_stops_the_manager_with_its_error_after_stopping_the_rest() {
         let manager = manager(Duration::from_secs(30));
         let (stopped, has_stopped) = oneshot::channel();
+        let once = Mutex::new(Some(stopped));
         manager
-            .add("other", false, move |mut stop| async move {
-                let _ = stop.wait_for(|s| *s).await;
-                stopped.send(()).unwrap();
+            .add("other", false, move |mut stop| {
+                let stopped = once.lock().take().expect("called once");
+                async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                    stopped.send(()).unwrap();
+                }
             })
             .unwrap();
         let (stop, task) = run(&manager);

@@ -20,6 +20,12 @@
 //!
 //! Invariant: with faults off ([`FaultProxy::set_faults`]) the proxy forwards every byte in
 //! both directions, half-closes included, so a test can let the system converge through it.
+//!
+//! Apart from the random faults, [`FaultProxy::set_cut`] cuts the connection to the API
+//! server as a network partition does: while cut, every byte either side sends is dropped
+//! (connections hang, new ones are accepted and hang too); when the cut ends, every
+//! connection that lived through it is reset, as a peer whose connections timed out would,
+//! so nothing sent during the cut ever reaches the other side.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -119,6 +125,8 @@ struct Shared {
     rates: Mutex<FaultRates>,
     faults_on: AtomicBool,
     counters: Counters,
+    /// True while the connection is cut ([`FaultProxy::set_cut`]).
+    cut: watch::Sender<bool>,
 }
 
 /// The proxy: listening on 127.0.0.1, forwarding to one upstream, until dropped (which closes
@@ -152,6 +160,7 @@ impl FaultProxy {
             rates: Mutex::new(rates),
             faults_on: AtomicBool::new(true),
             counters: Counters::default(),
+            cut: watch::Sender::new(false),
         });
         let (closed, closed_rx) = watch::channel(false);
         let s = shared.clone();
@@ -198,6 +207,11 @@ impl FaultProxy {
     /// under way runs out first).
     pub fn set_faults(&self, on: bool) {
         self.shared.faults_on.store(on, Ordering::SeqCst);
+    }
+
+    /// Cuts the connection (`true`) or ends the cut (`false`); see the [module docs](self).
+    pub fn set_cut(&self, cut: bool) {
+        self.shared.cut.send_replace(cut);
     }
 
     /// Changes the rates, for connections open and to come.
@@ -279,9 +293,11 @@ async fn connection(
         &kill,
         killed,
     );
+    let mut cut = shared.cut.subscribe();
     let ends = tokio::select! {
         ends = async { tokio::join!(up, down) } => ends,
         _ = fired(&mut closing) => (End::Killed, End::Killed),
+        () = lived_through_a_cut(&mut cut) => (End::Fault { rst: true }, End::Fault { rst: true }),
     };
     if matches!(
         ends,
@@ -318,6 +334,10 @@ where
             },
             _ = fired(&mut killed) => return End::Killed,
         };
+        if *shared.cut.borrow() {
+            // Cut: the bytes are lost.
+            continue;
+        }
         let mut chunk = &buf[..n];
         let mut end = None;
         if shared.faults_on.load(Ordering::SeqCst) {
@@ -362,6 +382,13 @@ where
             let _ = kill.send(true);
             return end;
         }
+    }
+}
+
+/// Resolves once a cut has begun and ended.
+async fn lived_through_a_cut(cut: &mut watch::Receiver<bool>) {
+    if cut.wait_for(|c| *c).await.is_ok() {
+        let _ = cut.wait_for(|c| !*c).await;
     }
 }
 

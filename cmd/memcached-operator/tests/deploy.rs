@@ -29,7 +29,7 @@ use support::{CONVERGE, Kubectl, http_get, unique, wait_until};
 const LEADER_ELECTION_RULES: &[(&str, &str, &[&str])] = &[(
     "coordination.k8s.io",
     "leases",
-    &["create", "get", "update"],
+    &["create", "get", "update", "watch"],
 )];
 
 /// The ClusterRole that lets the operator check who scrapes /metrics: it reviews their

@@ -530,7 +530,7 @@ async fn the_delete_handler_keeps_last_states_tombstones_included_as_predicates_
     let graves: Graves<ConfigMap> = Graves::default();
     let not_b = Predicate::new(|e| !matches!(e, Event::Delete(o) if o.name() == "b"));
     let handler = RecordDeletes {
-        queue: queue.clone(),
+        queue: Slot::holding(queue.clone()),
         filters: Arc::from(Vec::new()),
         predicate: Some(not_b),
         graves: graves.clone(),
@@ -579,11 +579,12 @@ fn handler(priorities: bool) -> (Queue, Handler) {
     let handler = Enqueue {
         kind: "ConfigMap",
         target: Target {
-            queue: queue.clone(),
+            queue: Slot::holding(queue.clone()),
             filters: Arc::new([]),
             priorities,
             trace: None,
             skip_unchanged: false,
+            replays: Arc::default(),
         },
         predicate: None,
         both_on_update: false,

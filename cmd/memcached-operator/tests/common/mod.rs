@@ -39,7 +39,7 @@ pub async fn teardown(client: &Client, ns: &str, dir: &Path) {
 }
 
 /// Starts the operator binary with `--kubeconfig kubeconfig`, scoped to namespace `ns`, its
-/// metrics off, logging JSON at `RUST_LOG=rust_log` into the file `log`, with `args` besides;
+/// metrics off (unless `args` bind them), logging JSON at `RUST_LOG=rust_log` into the file `log`, with `args` besides;
 /// returns once its readiness probe passes (its caches have synced).
 pub async fn start_operator(
     kubeconfig: &Path,
@@ -49,16 +49,18 @@ pub async fn start_operator(
     args: &[&str],
 ) -> tokio::process::Child {
     let probes = support::free_port();
+    // Metrics off, unless `args` serve them.
+    let metrics = !args.iter().any(|a| a.starts_with("--metrics-bind-address"));
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_memcached-operator"))
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args([
             "--namespace",
             ns,
-            "--metrics-bind-address=0",
             &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
             "--log-format=json",
         ])
+        .args(metrics.then_some("--metrics-bind-address=0"))
         .args(args)
         .env("RUST_LOG", rust_log)
         .stdout(Stdio::null())

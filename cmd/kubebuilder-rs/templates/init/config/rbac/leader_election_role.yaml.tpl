@@ -1,5 +1,6 @@
 # The leader election Lease, in the manager's own namespace: read (get), made when missing
-# (create), renewed or taken over (update).
+# (create), renewed or taken over (update), watched by a standby to take over as soon as it
+# is released (watch).
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata:
@@ -17,3 +18,4 @@ rules:
   - create
   - get
   - update
+  - watch
