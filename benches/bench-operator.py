@@ -272,7 +272,8 @@ class Run:
             f"with them {fmt_mib(rec['rss_bytes'])}")
         stop(self.proc)
         try:
-            cleaned = driver(opts, self.ns, "cleanup", "--strip-finalizers", step="cleanup")
+            cleaned = driver(opts, self.ns, "cleanup", "--strip-finalizers", "--timeout-secs",
+                             str(opts.cleanup_timeout), step="cleanup")
             rec["cleanup_secs"] = cleaned["secs"]
             rec["cleanup_phases"] = cleaned.get("phases")
         except StepFailed as failure:
@@ -349,6 +350,9 @@ def main():
     parser.add_argument("--ours-qps", type=float, default=-1,
                         help="our operator's --kube-api-qps (default -1: no client-side "
                              "limit, its default, as controller-runtime's GetConfig)")
+    parser.add_argument("--cleanup-timeout", type=int, default=120,
+                        help="seconds to wait for a run's namespace to go (default 120; "
+                             "past it the bench goes on and leaves it to the cluster)")
     parser.add_argument("--ours-workers", type=int, default=0,
                         help="our operator's --max-concurrent-reconciles (default: its own)")
     parser.add_argument("--ours-bin", default=OURS,
