@@ -481,7 +481,9 @@ pub struct Controller<K> {
     for_predicates: Vec<Predicate>,
     event_filters: Vec<Predicate>,
     wires: Vec<Wire>,
-    max_concurrent: usize,
+    /// Set with [`max_concurrent_reconciles`](Self::max_concurrent_reconciles); else the
+    /// manager's.
+    max_concurrent: Option<usize>,
     rate_limiter: Option<Box<dyn RateLimiter<Key>>>,
     /// Whether events enter the queue at their priority (see [Priorities](self#priorities)).
     priorities: bool,
@@ -505,7 +507,7 @@ impl<K: CachedKind> Controller<K> {
             for_predicates: Vec::new(),
             event_filters: Vec::new(),
             wires: Vec::new(),
-            max_concurrent: 1,
+            max_concurrent: None,
             rate_limiter: None,
             priorities: true,
             read_your_writes: true,
@@ -638,10 +640,11 @@ impl<K: CachedKind> Controller<K> {
         self
     }
 
-    /// How many keys are reconciled at once; default 1. One key is never reconciled twice
-    /// at once, however many workers.
+    /// How many keys are reconciled at once; default the manager's
+    /// [`max_concurrent_reconciles`](super::ManagerOptions::max_concurrent_reconciles). One
+    /// key is never reconciled twice at once, however many workers.
     pub fn max_concurrent_reconciles(mut self, workers: usize) -> Self {
-        self.max_concurrent = workers.max(1);
+        self.max_concurrent = Some(workers.max(1));
         self
     }
 
@@ -723,10 +726,10 @@ impl<K: CachedKind> Controller<K> {
             .clone()
             .unwrap_or_else(|| K::KIND.to_ascii_lowercase());
         self.manager.claim_controller_name(&name)?;
-        let metrics = self
-            .manager
-            .metrics()
-            .controller(&name, self.max_concurrent);
+        let max_concurrent = (self.max_concurrent)
+            .unwrap_or(self.manager.options().max_concurrent_reconciles)
+            .max(1);
+        let metrics = self.manager.metrics().controller(&name, max_concurrent);
         let trace = self.manager.debug_pages().map(|d| d.controller(&name));
         // A fresh queue for each term as leader; a limiter given by the user is shared by
         // them all.
@@ -823,7 +826,7 @@ impl<K: CachedKind> Controller<K> {
             reconcile,
             context,
             metrics,
-            max_concurrent: self.max_concurrent,
+            max_concurrent,
             timeout,
             on_delete,
             trace,

@@ -196,6 +196,15 @@ pub struct ManagerOptions {
     /// queues, keys, backoff and caches (kubebuilder-style flag `--enable-debug-pages`).
     /// Default false: nothing is recorded.
     pub debug_pages: bool,
+    /// How many keys each controller reconciles at once, for every controller that sets
+    /// none of its own
+    /// ([`Controller::max_concurrent_reconciles`](super::Controller::max_concurrent_reconciles);
+    /// controller-runtime's `Controller.MaxConcurrentReconciles`). Default
+    /// [`DEFAULT_MAX_CONCURRENT_RECONCILES`], where controller-runtime's is 1: one key is
+    /// never reconciled by two workers at once, so more workers change no reconcile's
+    /// view of its own object, and a controller that meets many changes at once (a start,
+    /// a mass edit) is not held to one API request at a time.
+    pub max_concurrent_reconciles: usize,
     /// The client's options (rate limit, timeouts). Default [`ClientOptions::default`]: 20
     /// QPS with bursts of 30 (controller-runtime v0.24's `GetConfig` sets no client-side
     /// limit; set `client.rate_limit` to `None` for the same).
@@ -214,10 +223,15 @@ impl Default for ManagerOptions {
             graceful_shutdown_timeout: Duration::from_secs(30),
             reconcile_timeout: None,
             debug_pages: false,
+            max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
             client: ClientOptions::default(),
         }
     }
 }
+
+/// The default of [`ManagerOptions::max_concurrent_reconciles`]: how many keys a controller
+/// reconciles at once unless told otherwise.
+pub const DEFAULT_MAX_CONCURRENT_RECONCILES: usize = 16;
 
 pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Result<(), ManagerError>> + Send>>;
 /// A runnable: given a stop signal (true once stopping, or, for one that needs leadership,

@@ -165,7 +165,9 @@ pub use controller::{
     Action, Controller, LOW_PRIORITY, ObjectRef, ReconcileError, deadline, is_stopping, stopping,
 };
 pub use flags::ManagerArgs;
-pub use manager::{Manager, ManagerError, ManagerOptions, OnLeaseLost};
+pub use manager::{
+    DEFAULT_MAX_CONCURRENT_RECONCILES, Manager, ManagerError, ManagerOptions, OnLeaseLost,
+};
 pub use metrics::Metrics;
 pub use predicate::Predicate;
 pub use preflight::PreflightError;

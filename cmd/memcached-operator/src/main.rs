@@ -33,6 +33,10 @@ struct Flags {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true", require_equals = true)]
     read_your_writes: bool,
+    /// How many Memcached resources are reconciled at once (one resource is never
+    /// reconciled twice at once).
+    #[arg(long, default_value_t = controller_runtime::runtime::DEFAULT_MAX_CONCURRENT_RECONCILES)]
+    max_concurrent_reconciles: usize,
 }
 
 /// What the binary can do besides running the operator.
@@ -65,12 +69,13 @@ async fn main() -> ExitCode {
             }
         };
     }
-    let read_your_writes = flags.read_your_writes;
+    let (read_your_writes, workers) = (flags.read_your_writes, flags.max_concurrent_reconciles);
     let cache = |o: ManagerOptions| ManagerOptions {
         cache: CacheOptions {
             read_your_writes,
             ..cache_selectors(o.cache)
         },
+        max_concurrent_reconciles: workers,
         ..o
     };
     (flags.manager)

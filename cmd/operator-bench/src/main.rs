@@ -16,7 +16,10 @@
 //!   the resources of several namespaces (each under its own operator) take turns, one
 //!   patch at a time, so every operator is measured under the same cluster load.
 //! * `seed` — creates N `Memcached` resources of one size.
-//! * `wait-converged` — waits until every `Memcached` of the namespace has converged.
+//! * `wait-converged` — waits until every `Memcached` of the namespace has converged. With
+//!   `--count-writes` it says `{"event":"watching"}` once its watches run (the harness then
+//!   seeds), and its last line adds `writes`: the operator's writes it saw, by verb and
+//!   resource (see [`Writes`]).
 //! * `cleanup` — deletes the namespace and waits until it has gone; with
 //!   `--strip-finalizers` (when no operator runs) it first removes the finalizer of every
 //!   resource and deletes the resources, Deployments, ReplicaSets and Pods, sixteen requests
@@ -42,6 +45,7 @@ use controller_runtime::config::{Config, KubeconfigOptions};
 use k8s_openapi::Metadata;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use memcached_operator::api::{Memcached, MemcachedSpec};
 use memcached_operator::reconcile::FINALIZER;
@@ -131,6 +135,13 @@ enum Command {
         /// Give up after this many seconds.
         #[arg(long, default_value_t = 300)]
         timeout_secs: u64,
+        /// Count only the resources whose name starts with this (default: every one).
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// Also watch the namespace's Events, say `{"event":"watching"}` once the watches
+        /// run, and report the operator's writes seen until every resource converged.
+        #[arg(long)]
+        count_writes: bool,
     },
     /// Delete the namespace and wait until it has gone.
     Cleanup {
@@ -216,7 +227,17 @@ async fn run(args: Args) -> Result<()> {
         Command::WaitConverged {
             count,
             timeout_secs,
-        } => wait_converged(&client, ns, count, secs(timeout_secs)).await,
+            prefix,
+            count_writes,
+        } => {
+            let wait = Wait {
+                count,
+                prefix,
+                timeout: secs(timeout_secs),
+                count_writes,
+            };
+            wait_converged(&client, ns, &wait).await
+        }
         Command::Cleanup {
             strip_finalizers,
             timeout_secs,
@@ -472,13 +493,31 @@ async fn seed(
     Ok(())
 }
 
-async fn wait_converged(client: &Client, ns: &str, count: usize, timeout: Duration) -> Result<()> {
+/// What one `wait-converged` waits for.
+struct Wait {
+    /// How many resources (named with `prefix`) the namespace must hold, all converged.
+    count: usize,
+    prefix: String,
+    timeout: Duration,
+    /// Whether to count the operator's writes.
+    count_writes: bool,
+}
+
+async fn wait_converged(client: &Client, ns: &str, wait: &Wait) -> Result<()> {
+    let (count, prefix) = (wait.count, wait.prefix.as_str());
     let begin = Instant::now();
-    let deadline = begin + timeout;
-    let mut watch = Watched::start(client, ns, None).await?;
+    let deadline = begin + wait.timeout;
+    let mut watch = if wait.count_writes {
+        let watch = Watched::start_counting(client, ns).await?;
+        emit(&json!({"event": "watching"}));
+        watch
+    } else {
+        Watched::start(client, ns, None).await?
+    };
     loop {
-        let converged = watch.converged_count();
-        if converged >= count && watch.memcacheds.len() == count {
+        let named = |n: &&String| n.starts_with(prefix);
+        let converged = watch.converged.iter().filter(named).count();
+        if converged >= count && watch.memcacheds.keys().filter(named).count() == count {
             break;
         }
         match watch.next(deadline).await {
@@ -491,7 +530,16 @@ async fn wait_converged(client: &Client, ns: &str, count: usize, timeout: Durati
             ),
         }
     }
-    emit(&json!({"event": "converged", "count": count, "secs": begin.elapsed().as_secs_f64()}));
+    let mut done = json!({
+        "event": "converged",
+        "count": count,
+        "secs": begin.elapsed().as_secs_f64(),
+        "unix_secs": unix_secs(),
+    });
+    if let Some(writes) = &watch.writes {
+        done["writes"] = json!(writes.counts);
+    }
+    emit(&done);
     Ok(())
 }
 
@@ -706,6 +754,67 @@ struct Change {
 enum Kind {
     Memcached(Box<WatchEvent<Memcached>>),
     Deployment(Box<WatchEvent<Deployment>>),
+    Event(Box<WatchEvent<Event>>),
+}
+
+/// The operator's writes, counted from the watches of one namespace, by verb and resource:
+/// each watch event is one write that changed something, and its kind and what changed
+/// say which. A Memcached's new finalizers are a `patch memcacheds`, its new status a
+/// `patch memcacheds/status` (the two are written apart: a status write cannot change
+/// the finalizers, nor the other the status); a new Deployment is a `create deployments`,
+/// one whose generation moved an `update deployments` (the cluster's controllers write
+/// only its status, which is not counted); an Event of the operator's a `create events`,
+/// its change (a series' count) a `patch events`. Writes that changed nothing make no event
+/// and are not seen here: the operator's own request counts (`rest_client_requests_total`)
+/// hold them.
+#[derive(Debug, Default)]
+struct Writes {
+    counts: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// The `reportingController` of both operators' Events.
+const REPORTING_CONTROLLER: &str = "memcached-controller";
+
+impl Writes {
+    fn add(&mut self, what: &'static str) {
+        *self.counts.entry(what).or_default() += 1;
+    }
+
+    /// Counts a Memcached's event, `before` being the copy held until then.
+    fn memcached(&mut self, before: Option<&Memcached>, event: &WatchEvent<Memcached>) {
+        let (WatchEvent::Modified(after), Some(before)) = (event, before) else {
+            return; // the driver's create, or a deletion
+        };
+        let status = |mc: &Memcached| serde_json::to_value(&mc.status).unwrap_or_default();
+        if before.metadata.finalizers != after.metadata.finalizers {
+            self.add("patch memcacheds");
+        } else if status(before) != status(after) {
+            self.add("patch memcacheds/status");
+        }
+    }
+
+    /// Counts a Deployment's event, `before` being the copy held until then.
+    fn deployment(&mut self, before: Option<&Deployment>, event: &WatchEvent<Deployment>) {
+        match (event, before) {
+            (WatchEvent::Added(_), None) => self.add("create deployments"),
+            (WatchEvent::Modified(after), Some(before))
+                if before.metadata.generation != after.metadata.generation =>
+            {
+                self.add("update deployments");
+            }
+            _ => {}
+        }
+    }
+
+    /// Counts an Event's event, if the operator reported it.
+    fn event(&mut self, event: &WatchEvent<Event>) {
+        let ours = |e: &Event| e.reporting_controller.as_deref() == Some(REPORTING_CONTROLLER);
+        match event {
+            WatchEvent::Added(e) if ours(e) => self.add("create events"),
+            WatchEvent::Modified(e) if ours(e) => self.add("patch events"),
+            _ => {}
+        }
+    }
 }
 
 /// The Memcached resources and Deployments of a namespace, kept up to date by two watches
@@ -717,12 +826,35 @@ struct Watched {
     /// The names of the resources that have converged, kept up to date event by event.
     converged: HashSet<String>,
     events: mpsc::UnboundedReceiver<Result<Change>>,
+    /// With [`start_counting`](Self::start_counting): the writes seen.
+    writes: Option<Writes>,
 }
 
 impl Watched {
     /// Lists both kinds (`fields` selecting by name, or all), then watches from there.
     async fn start(client: &Client, ns: &str, fields: Option<&str>) -> Result<Watched> {
         let (tx, events) = mpsc::unbounded_channel();
+        Self::start_with(client, ns, fields, tx, events).await
+    }
+
+    /// As [`start`](Self::start) for the whole namespace, also watching its Events, and
+    /// counting the operator's [`Writes`] from then on.
+    async fn start_counting(client: &Client, ns: &str) -> Result<Watched> {
+        let (tx, events) = mpsc::unbounded_channel();
+        let api = Api::<Event>::namespaced(client.clone(), ns);
+        list_then_watch(api, None, tx.clone(), |event| Kind::Event(Box::new(event))).await?;
+        let mut watched = Self::start_with(client, ns, None, tx, events).await?;
+        watched.writes = Some(Writes::default());
+        Ok(watched)
+    }
+
+    async fn start_with(
+        client: &Client,
+        ns: &str,
+        fields: Option<&str>,
+        tx: mpsc::UnboundedSender<Result<Change>>,
+        events: mpsc::UnboundedReceiver<Result<Change>>,
+    ) -> Result<Watched> {
         let memcacheds = list_then_watch(memcacheds(client, ns), fields, tx.clone(), |event| {
             Kind::Memcached(Box::new(event))
         })
@@ -739,6 +871,7 @@ impl Watched {
             deployments,
             converged: HashSet::new(),
             events,
+            writes: None,
         };
         let names: Vec<String> = watched.memcacheds.keys().cloned().collect();
         for name in names {
@@ -761,9 +894,25 @@ impl Watched {
     }
 
     fn apply(&mut self, change: Change) {
+        if let Some(writes) = &mut self.writes {
+            match &change.what {
+                Kind::Memcached(event) => {
+                    writes.memcached(
+                        event_name(event).and_then(|n| self.memcacheds.get(n)),
+                        event,
+                    );
+                }
+                Kind::Deployment(event) => {
+                    let before = event_name(event).and_then(|n| self.deployments.get(n));
+                    writes.deployment(before, event);
+                }
+                Kind::Event(event) => writes.event(event),
+            }
+        }
         let name = match change.what {
             Kind::Memcached(event) => apply_event(&mut self.memcacheds, *event),
             Kind::Deployment(event) => apply_event(&mut self.deployments, *event),
+            Kind::Event(_) => None,
         };
         if let Some(name) = name {
             self.recount(name);
@@ -798,6 +947,16 @@ impl Watched {
     /// How many resources have converged with their Deployment.
     fn converged_count(&self) -> usize {
         self.converged.len()
+    }
+}
+
+/// The name of the object an event is about (none for a bookmark).
+fn event_name<K: Metadata<Ty = ObjectMeta>>(event: &WatchEvent<K>) -> Option<&str> {
+    match event {
+        WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
+            o.metadata().name.as_deref()
+        }
+        WatchEvent::Bookmark(_) => None,
     }
 }
 
@@ -839,21 +998,44 @@ where
         watch_params = watch_params.fields(fields);
     }
     let list = api.list_all(&list_params).await?;
-    let version = list.metadata.resource_version.clone().unwrap_or_default();
-    let mut stream = api.watch(&watch_params.from_version(&version)).await?;
+    let mut version = list.metadata.resource_version.clone().unwrap_or_default();
+    let mut stream = api
+        .watch(&watch_params.clone().from_version(&version))
+        .await?;
     tokio::spawn(async move {
         loop {
             let event = match stream.next().await {
-                None => Err(anyhow::anyhow!(
-                    "the watch of {} ended",
-                    api.collection_path()
-                )),
+                // The server ends a watch when it likes (its timeout, a watcher it finds
+                // too slow under load): go on from the last version seen, as a reflector
+                // does; a 410 there (the version compacted away) fails the watch.
+                None => match api
+                    .watch(&watch_params.clone().from_version(&version))
+                    .await
+                {
+                    Ok(again) => {
+                        stream = again;
+                        continue;
+                    }
+                    Err(e) => Err(anyhow::Error::new(e).context(format!(
+                        "the watch of {} ended, and could not go on from {version}",
+                        api.collection_path()
+                    ))),
+                },
                 Some(Err(e)) => Err(anyhow::Error::new(e).context("the watch failed")),
-                Some(Ok(event)) => Ok(Change {
-                    arrived: Instant::now(),
-                    unix_secs: unix_secs(),
-                    what: wrap(event),
-                }),
+                Some(Ok(event)) => {
+                    let seen = match &event {
+                        WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
+                            o.metadata().resource_version.clone()
+                        }
+                        WatchEvent::Bookmark(b) => Some(b.metadata.resource_version.clone()),
+                    };
+                    version = seen.unwrap_or(version);
+                    Ok(Change {
+                        arrived: Instant::now(),
+                        unix_secs: unix_secs(),
+                        what: wrap(event),
+                    })
+                }
             };
             let last = event.is_err();
             if tx.send(event).is_err() || last {

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
 use super::*;
+use crate::runtime::ManagerOptions;
 use crate::runtime::metrics::Metrics;
 
 /// What a test reconcile sees and does.
@@ -740,4 +741,49 @@ async fn the_debug_pages_follow_a_key_through_failures_backoff_and_success() {
         story.events[4].what.contains("failed (2 so far): boom"),
         "{story:?}"
     );
+}
+
+/// The `controller_runtime_max_concurrent_reconciles` gauge of `controller`, as `manager`
+/// serves it: the number of workers the controller was built with.
+fn workers_of_controller(manager: &Manager, controller: &str) -> Option<f64> {
+    let series =
+        format!(r#"controller_runtime_max_concurrent_reconciles{{controller="{controller}"}} "#);
+    let text = manager.metrics().encode();
+    let line = text.lines().find(|l| l.starts_with(&series))?;
+    line[series.len()..].trim().parse().ok()
+}
+
+#[tokio::test]
+async fn a_controller_takes_the_managers_worker_count_unless_it_sets_its_own() {
+    async fn reconcile(_: Arc<ConfigMap>, _: Arc<()>) -> Result<Action, ReconcileError> {
+        Ok(Action::done())
+    }
+    let shipped = Manager::offline(ManagerOptions::default());
+    Controller::<ConfigMap>::new(&shipped)
+        .complete(reconcile, Arc::new(()))
+        .unwrap();
+    let default = crate::runtime::DEFAULT_MAX_CONCURRENT_RECONCILES as f64;
+    assert_eq!(workers_of_controller(&shipped, "configmap"), Some(default));
+
+    let options = ManagerOptions {
+        max_concurrent_reconciles: 3,
+        ..ManagerOptions::default()
+    };
+    let manager = Manager::offline(options);
+    Controller::<ConfigMap>::new(&manager)
+        .complete(reconcile, Arc::new(()))
+        .unwrap();
+    Controller::<ConfigMap>::new(&manager)
+        .named("own")
+        .max_concurrent_reconciles(5)
+        .complete(reconcile, Arc::new(()))
+        .unwrap();
+    Controller::<ConfigMap>::new(&manager)
+        .named("none")
+        .max_concurrent_reconciles(0)
+        .complete(reconcile, Arc::new(()))
+        .unwrap();
+    assert_eq!(workers_of_controller(&manager, "configmap"), Some(3.0));
+    assert_eq!(workers_of_controller(&manager, "own"), Some(5.0));
+    assert_eq!(workers_of_controller(&manager, "none"), Some(1.0));
 }
