@@ -17,7 +17,7 @@ export TESTENV_KUBECONFIG := $(KUBECONFIG_TESTENV)
 export TESTENV_KUBECTL := $(TESTENV_BIN)/kubectl
 
 .PHONY: all demo test test-unit test-cluster soak lint fmt cluster cluster-down cluster-status \
-	testenv bench bench-decode bench-queue bench-informer bench-runtime bench-operator bench-latency \
+	testenv bench bench-decode bench-queue bench-informer bench-runtime bench-operator bench-latency bench-pods \
 	protoschema manifests install uninstall run dist deploy undeploy fuzz fuzz-smoke
 
 all: lint test-unit
@@ -204,3 +204,10 @@ bench-operator:
 ## defined in benches/bench-latency.py
 bench-latency:
 	python3 benches/bench-latency.py
+
+## bench-pods: one informer over 100,000 kwok Pods (managedFields stripped), ours against
+## client-go's, in one run (3 rounds): settled bytes per Pod and the peak during the initial
+## sync, sampled from /proc; creates the Pods and deletes them at the end. Last line
+## `pods 100k ours/client-go: settled X.XX; ours peak/settled Y.YY`. See BENCHMARKS.md
+bench-pods:
+	python3 benches/bench-pods.py $(BENCH_ARGS)
