@@ -28,7 +28,9 @@ Bytes per Pod are these divided by the Pods cached. The last line is exactly
     pods 100k ours/client-go: settled X.XX; ours peak/settled Y.YY
 
 where X is the larger of the two ours/client-go ratios of median settled bytes per Pod (RSS
-and heap), and Y our median peak RSS over our median settled RSS (both above baseline).
+and heap), and Y our median peak RSS above baseline over the smaller of our median settled
+RSS and heap (an RSS that never falls back after the sync would hide the peak in the settled
+RSS; the heap is what the cache holds).
 Targets: X ≤ 0.5, Y ≤ 1.3. Every round's records and RSS samples are kept in
 target/bench-pods/rounds.jsonl.
 """
@@ -68,7 +70,7 @@ def run(name, opts):
     """One fresh process of one program, stepped through its phases while its memory is
     sampled; its record."""
     if name == "ours":
-        cmd = [OURS, "--kubeconfig", opts.kubeconfig, "--namespace", opts.namespace, "pods-run",
+        cmd = [opts.ours, "--kubeconfig", opts.kubeconfig, "--namespace", opts.namespace, "pods-run",
                "--settle-ms", str(opts.settle_ms)]
     else:
         cmd = [THEIRS, "-kubeconfig", opts.kubeconfig, "-namespace", opts.namespace,
@@ -147,6 +149,9 @@ def main():
     parser.add_argument("--namespace", default="pods-100k")
     parser.add_argument("--pods", type=int, default=100_000, help="Pods to seed")
     parser.add_argument("--settle-ms", type=int, default=5_000)
+    parser.add_argument("--ours", default=OURS,
+                        help="the informer-bench binary whose pods-run is measured (default: "
+                             "the release build), e.g. a copy built before a change")
     opts = harness.parse(parser)
 
     if not opts.no_build:
@@ -191,10 +196,16 @@ def main():
     print(f"{'initial sync':<36} {ours_secs:>8.1f} s {theirs_secs:>8.1f} s "
           f"{fmt_ratio(ours_secs, theirs_secs):>15} {results.spread('secs', 'ours', 'client-go'):>12}")
     print()
-    peak_ratio = {impl: get(impl, "peak_per_pod") / get(impl, "settled_per_pod")
-                  for impl in ("ours", "client-go")}
-    print(f"peak ÷ settled RSS: ours {peak_ratio['ours']:.2f}, client-go "
-          f"{peak_ratio['client-go']:.2f}")
+    # A process's RSS rarely falls back after a peak (glibc keeps freed chunks, Go returns
+    # pages slowly), so peak ÷ settled RSS alone would hide the peak in the settled figure;
+    # peak ÷ settled heap compares the peak with what the cache holds. The target takes the
+    # larger of the two.
+    peak_ratio = {}
+    for impl in ("ours", "client-go"):
+        peak = get(impl, "peak_per_pod")
+        over_rss, over_heap = peak / get(impl, "settled_per_pod"), peak / get(impl, "heap_per_pod")
+        peak_ratio[impl] = max(over_rss, over_heap)
+        print(f"{impl + ': peak RSS ÷ settled RSS':<36} {over_rss:>10.2f}   ÷ settled heap {over_heap:.2f}")
     settled = max(get("ours", f) / get("client-go", f) for f in ("settled_per_pod", "heap_per_pod"))
     harness.target_line("settled bytes per Pod (the larger of RSS and heap)", settled,
                         SETTLED_TARGET, "client-go")

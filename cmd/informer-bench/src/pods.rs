@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use controller_runtime::client::{
-    Api, Client, DeleteParams, Error, ListParams, PostParams, Raw, Result,
+    Api, Client, DeleteParams, Error, ListParams, Patch, PatchParams, PostParams, Raw, Result,
 };
 use controller_runtime::informers::InformerFactory;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
@@ -65,7 +65,8 @@ pub struct PodsSeedParams {
 }
 
 /// Makes the namespace and the Pods of it that are missing, `concurrency` at a time, each
-/// bound to one of the kwok nodes in turn; then waits until none is left not Running.
+/// bound to one of the kwok nodes in turn; writes the Running status of those kwok has not
+/// reached yet; then waits until none is left not Running.
 /// Progress goes to stderr.
 ///
 /// # Errors
@@ -133,20 +134,35 @@ pub async fn pods_seed(client: &Client, params: &PodsSeedParams) -> Result<()> {
     })
     .await?;
 
-    // kwok writes each Pod's status; wait until it has for all of them.
+    // kwok writes each Pod's status, but at some 20 a second: 100,000 would take over an
+    // hour. Write the status kwok would (Running, Ready, an IP) of the Pods it has not
+    // reached yet, as many at a time as the creates; kwok leaves a Pod with an IP alone.
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let pending = Arc::new(names_where(&pods, "status.phase!=Running").await?);
+    eprintln!(
+        "pods-seed: writing the status of {} Pods kwok has not run yet",
+        pending.len()
+    );
+    let indices: Vec<usize> = (0..pending.len()).collect();
+    let writer = pods.clone();
+    in_parallel("made Running", indices, params.concurrency, move |i| {
+        let (pods, pending) = (writer.clone(), pending.clone());
+        async move {
+            let patch = Patch::Merge(running_status(i));
+            ignore(
+                pods.patch_status(&pending[i], &PatchParams::default(), &patch)
+                    .await,
+                Error::is_not_found,
+            )
+        }
+    })
+    .await?;
+
+    // Wait until every Pod is Running.
     let start = Instant::now();
     let mut reported = None;
     loop {
-        let waiting = pods
-            .list_metadata(
-                &ListParams::default()
-                    .fields("status.phase!=Running")
-                    .limit(1),
-            )
-            .await?;
-        let left = waiting.items.len()
-            + waiting.metadata.remaining_item_count.unwrap_or(0).max(0) as usize;
+        let left = names_where(&pods, "status.phase!=Running").await?.len();
         if reported != Some(left) {
             eprintln!("pods-seed: Pods not Running yet: {left}");
             reported = Some(left);
@@ -311,9 +327,37 @@ async fn wait_for_go() -> Result<()> {
     }
 }
 
+/// The status kwok gives a running Pod of the workload (the `i`th to get one here).
+fn running_status(i: usize) -> serde_json::Value {
+    let now = "2026-01-01T00:00:00Z";
+    let condition = |kind: &str| json!({"type": kind, "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
+    let ip = format!("10.{}.{}.{}", 200 + i / 65_536, (i / 256) % 256, i % 256);
+    json!({"status": {
+        "phase": "Running",
+        "conditions": [condition("Initialized"), condition("Ready"), condition("ContainersReady")],
+        "containerStatuses": [{
+            "name": "memcached", "image": "memcached:1.6.38-alpine", "imageID": "",
+            "ready": true, "restartCount": 0, "lastState": {},
+            "state": {"running": {"startedAt": now}},
+        }],
+        "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
+        "podIP": ip, "podIPs": [{"ip": ip}],
+        "startTime": now,
+    }})
+}
+
 /// The names of every Pod in `pods`' namespace, listed 5,000 at a time.
 async fn names(pods: &Api<Pod>) -> Result<Vec<String>> {
+    names_where(pods, "").await
+}
+
+/// The names of the Pods in `pods`' namespace whose fields match `fields` (all with `""`),
+/// listed 5,000 at a time.
+async fn names_where(pods: &Api<Pod>, fields: &str) -> Result<Vec<String>> {
     let mut params = ListParams::default().limit(5_000);
+    if !fields.is_empty() {
+        params = params.fields(fields);
+    }
     let mut names = Vec::new();
     loop {
         let page = pods.list_metadata(&params).await?;
