@@ -3,9 +3,10 @@
 
 Builds `informer-bench` (cmd/informer-bench) and the Go peer (benches/clientgo/cmd/pods-peer),
 makes sure the real local cluster is up, seeds it (`informer-bench pods-seed`: namespace
-`pods-100k`, 100,000 Pods bound straight to the kwok nodes, created 64 at a time, then waited
-for until kwok has made every one Running; Pods that exist are kept, so a second run reuses
-them), then runs the two programs alternately for several rounds (ours first in odd rounds,
+`pods-100k`, 100,000 Pods bound straight to the kwok nodes, created 64 at a time; the
+status kwok would write (Running, Ready, an IP) is written 64 at a time too for the Pods kwok
+has not reached, since kwok runs about 20 Pods a second; Pods that exist are kept, so a second
+run reuses them), then runs the two programs alternately for several rounds (ours first in odd rounds,
 client-go first in even ones), and deletes the Pods and the namespace at the end
 (`informer-bench pods-clean`; `--keep` leaves them for the next run).
 
