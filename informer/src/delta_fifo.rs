@@ -677,16 +677,32 @@ impl<K: Object> DeltaFifo<K> {
     /// The resource version counts only for the informer's
     /// [store resource version](crate::SharedIndexInformer::store_resource_version).
     pub fn replace(&self, list: impl IntoIterator<Item = K>, resource_version: &str) {
-        let shared = &*self.shared;
-        let list: Vec<Arc<K>> = list
+        let list = list
             .into_iter()
             .map(|mut obj| {
-                if let Some(transform) = &shared.transformer {
-                    transform(&mut obj);
-                }
+                self.transform(&mut obj);
                 Arc::new(obj)
             })
             .collect();
+        self.replace_shared(list, resource_version);
+    }
+
+    /// Runs the FIFO's transformer on `obj`, for an object that enters later through
+    /// [`replace_transformed`](Self::replace_transformed).
+    pub fn transform(&self, obj: &mut K) {
+        if let Some(transform) = &self.shared.transformer {
+            transform(obj);
+        }
+    }
+
+    /// [`replace`](Self::replace) with objects that went through
+    /// [`transform`](Self::transform) already: the transformer does not run again.
+    pub fn replace_transformed(&self, list: impl IntoIterator<Item = K>, resource_version: &str) {
+        self.replace_shared(list.into_iter().map(Arc::new).collect(), resource_version);
+    }
+
+    fn replace_shared(&self, list: Vec<Arc<K>>, resource_version: &str) {
+        let shared = &*self.shared;
         let kind = if shared.emit_delta_type_replaced {
             DeltaType::Replaced
         } else {

@@ -245,7 +245,30 @@ impl<K: Object> RealFifo<K> {
     /// at `resource_version`; see the [type documentation](RealFifo).
     pub fn replace(&self, list: impl IntoIterator<Item = K>, resource_version: &str) {
         let shared = &*self.shared;
-        let objects: Vec<(Key, Arc<K>)> = list.into_iter().map(|obj| shared.share(obj)).collect();
+        let objects = list.into_iter().map(|obj| shared.share(obj)).collect();
+        self.queue_replace(objects, resource_version);
+    }
+
+    /// Runs the queue's transformer on `obj`, for an object that enters later through
+    /// [`replace_transformed`](Self::replace_transformed).
+    pub fn transform(&self, obj: &mut K) {
+        if let Some(transform) = &self.shared.transformer {
+            transform(obj);
+        }
+    }
+
+    /// [`replace`](Self::replace) with objects that went through
+    /// [`transform`](Self::transform) already: the transformer does not run again.
+    pub fn replace_transformed(&self, list: impl IntoIterator<Item = K>, resource_version: &str) {
+        let objects = list
+            .into_iter()
+            .map(|obj| (key_of(&obj), Arc::new(obj)))
+            .collect();
+        self.queue_replace(objects, resource_version);
+    }
+
+    fn queue_replace(&self, objects: Vec<(Key, Arc<K>)>, resource_version: &str) {
+        let shared = &*self.shared;
         let mut state = shared.state.lock();
         state.push(FifoItem::ReplacedAll {
             objects,
@@ -507,6 +530,14 @@ impl<K: Object> ReflectorStore<K> for RealFifo<K> {
 
     fn replace(&self, objects: Vec<K>, resource_version: &str) {
         RealFifo::replace(self, objects, resource_version);
+    }
+
+    fn prepare(&self, object: &mut K) {
+        RealFifo::transform(self, object);
+    }
+
+    fn replace_prepared(&self, objects: Vec<K>, resource_version: &str) {
+        RealFifo::replace_transformed(self, objects, resource_version);
     }
 
     fn resync(&self) {

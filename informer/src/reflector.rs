@@ -81,6 +81,21 @@ pub trait ReflectorStore<K>: Send + Sync {
     fn delete(&self, object: K);
     /// The whole collection is `objects`, as of `resource_version`.
     fn replace(&self, objects: Vec<K>, resource_version: &str);
+    /// Prepares an object that the reflector holds until a later
+    /// [`replace_prepared`](Self::replace_prepared) (an event of a streaming list, an item
+    /// of a LIST page), as it arrives: the store's transform. A list of 100,000 objects is
+    /// then held as the cache will keep it (managedFields dropped, say), not as the server
+    /// sent it, which is most of the peak of an initial sync. Nothing by default.
+    fn prepare(&self, object: &mut K) {
+        let _ = object;
+    }
+    /// [`replace`](Self::replace), with objects that went through
+    /// [`prepare`](Self::prepare): a store that transforms in `prepare` must not transform
+    /// them again. By default `replace`, which is right for a store whose `prepare` does
+    /// nothing.
+    fn replace_prepared(&self, objects: Vec<K>, resource_version: &str) {
+        self.replace(objects, resource_version);
+    }
     /// The resync period passed: send every known object to its handlers again.
     fn resync(&self);
     /// A bookmark reached `resource_version`. Nothing changed.
@@ -423,7 +438,8 @@ where
             items: listed.items.len(),
             resource_version: listed.resource_version.clone(),
         });
-        self.store.replace(listed.items, &listed.resource_version);
+        self.store
+            .replace_prepared(listed.items, &listed.resource_version);
         self.synced(&listed.resource_version);
         Ok(())
     }
@@ -452,7 +468,7 @@ where
         let mut items = Vec::new();
         let mut paginated = false;
         loop {
-            let page = match self.lister_watcher.list(&options).await {
+            let mut page = match self.lister_watcher.list(&options).await {
                 Ok(page) => page,
                 Err(e) if e.kind() == ErrorKind::Gone && options.continue_token.is_some() => {
                     // The continue token expired: one unpaginated list at the original version.
@@ -462,7 +478,10 @@ where
                         limit: None,
                         continue_token: None,
                     };
-                    let page = self.lister_watcher.list(&full).await?;
+                    let mut page = self.lister_watcher.list(&full).await?;
+                    page.items
+                        .iter_mut()
+                        .for_each(|obj| self.store.prepare(obj));
                     self.trace(Trace::ListPage {
                         resource_version: full.resource_version,
                         limit: None,
@@ -477,6 +496,11 @@ where
                 }
                 Err(e) => return Err(e),
             };
+            // Each page transformed as it comes, so the pages held until the last one are
+            // what the cache keeps.
+            page.items
+                .iter_mut()
+                .for_each(|obj| self.store.prepare(obj));
             self.trace(Trace::ListPage {
                 resource_version: options.resource_version.clone(),
                 limit: options.limit,
@@ -548,7 +572,9 @@ where
             };
             events += 1;
             match event {
-                WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
+                WatchEvent::Added(mut obj) | WatchEvent::Modified(mut obj) => {
+                    // Transformed as it comes: the initial state is held as the cache keeps it.
+                    self.store.prepare(&mut obj);
                     match slots.entry(key_of(&obj)) {
                         Entry::Occupied(slot) => initial[*slot.get()] = Some(obj),
                         Entry::Vacant(slot) => {
@@ -572,7 +598,7 @@ where
                         items: items.len(),
                         resource_version: resource_version.clone(),
                     });
-                    self.store.replace(items, &resource_version);
+                    self.store.replace_prepared(items, &resource_version);
                     self.synced(&resource_version);
                     return Ok(stream);
                 }
@@ -919,6 +945,14 @@ impl<K: Object> ReflectorStore<K> for crate::DeltaFifo<K> {
 
     fn replace(&self, objects: Vec<K>, resource_version: &str) {
         crate::DeltaFifo::replace(self, objects, resource_version);
+    }
+
+    fn prepare(&self, object: &mut K) {
+        crate::DeltaFifo::transform(self, object);
+    }
+
+    fn replace_prepared(&self, objects: Vec<K>, resource_version: &str) {
+        crate::DeltaFifo::replace_transformed(self, objects, resource_version);
     }
 
     fn resync(&self) {

@@ -994,6 +994,15 @@ impl<K: Object> ReflectorStore<K> for Queue<K> {
         self.heard();
     }
 
+    fn prepare(&self, object: &mut K) {
+        each!(self, q => q.transform(object));
+    }
+
+    fn replace_prepared(&self, objects: Vec<K>, resource_version: &str) {
+        each!(self, q => q.replace_transformed(objects, resource_version));
+        self.heard();
+    }
+
     fn resync(&self) {
         each!(self, q => q.resync());
         if let Some(metrics) = &self.metrics {

@@ -13,6 +13,9 @@
 //! * [`typed_reads`] — an informer of `Raw<K>` (the runtime's cache) synced, then every
 //!   object read twice through the typed path ([`Raw::typed`](controller_runtime::client::Raw::typed)):
 //!   the bytes per object after the first read, and proof that the second decodes nothing.
+//! * [`pods_seed`], [`pods_run`], [`pods_clean`] — `make bench-pods`: 100,000 Pods bound to
+//!   kwok nodes, one informer over them driven step by step by the script that samples the
+//!   process's memory, and the clean-up.
 //! * [`BenchObject`] — what the measurements are generic over: a representation of a
 //!   namespaced kind. `main.rs` picks the type in one `match`; a second representation of
 //!   ConfigMaps is one more arm.
@@ -52,10 +55,15 @@
 //! ```
 
 mod measure;
+mod pods;
 mod seed;
 
 pub use measure::{
     BenchObject, ListOutcome, SyncOutcome, SyncParams, TypedReadsOutcome, informer_sync,
     paged_list, typed_reads,
+};
+pub use pods::{
+    PODS_LABEL, PodsRunParams, PodsSeedParams, pods_clean, pods_pod, pods_pod_name, pods_run,
+    pods_seed,
 };
 pub use seed::{LABEL, SeedParams, configmap, configmap_name, pod, pod_name, seed};

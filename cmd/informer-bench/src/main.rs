@@ -11,7 +11,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use controller_runtime::client::{Api, Client, ClientOptions, ListParams, RateLimit, Raw};
 use controller_runtime::config::{Config, KubeconfigOptions};
 use informer_bench::{
-    BenchObject, SeedParams, SyncParams, informer_sync, paged_list, seed, typed_reads,
+    BenchObject, PodsRunParams, PodsSeedParams, SeedParams, SyncParams, informer_sync, paged_list,
+    pods_clean, pods_run, pods_seed, seed, typed_reads,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use serde_json::{Value, json};
@@ -82,6 +83,41 @@ enum Command {
         /// protobuf, transcoded into the JSON it caches.
         #[arg(long)]
         json: bool,
+    },
+    /// `make bench-pods`: create the Pods of the namespace that are missing, bound to the
+    /// kwok nodes, and wait until all run.
+    PodsSeed {
+        /// Pods to have.
+        #[arg(long, default_value_t = 100_000)]
+        pods: usize,
+        /// Creates in flight at once.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Seconds to wait for the Pods to run.
+        #[arg(long, default_value_t = 1_800)]
+        timeout_secs: u64,
+    },
+    /// `make bench-pods`: one informer over the namespace's Pods, step by step over stdin and
+    /// stdout (see `pods_run`).
+    PodsRun {
+        /// Milliseconds to wait after the sync before the settled figures.
+        #[arg(long, default_value_t = 5_000)]
+        settle_ms: u64,
+        /// Worker threads of the multi-threaded runtime.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Seconds the informer may take to sync before the run fails.
+        #[arg(long, default_value_t = 600)]
+        timeout_secs: u64,
+        /// Ask for JSON only, instead of protobuf transcoded into JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// `make bench-pods`: delete every Pod of the namespace at once, then the namespace.
+    PodsClean {
+        /// Deletes in flight at once.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
     },
 }
 
@@ -259,6 +295,67 @@ fn main() -> Result<()> {
                 },
             };
             runtime(threads)?.block_on(run(&client, &params))
+        }
+        Command::PodsSeed {
+            pods,
+            concurrency,
+            timeout_secs,
+        } => {
+            let client = Client::new(
+                config,
+                ClientOptions {
+                    rate_limit: None,
+                    ..ClientOptions::default()
+                },
+            )?;
+            let params = PodsSeedParams {
+                namespace: args.namespace,
+                pods,
+                concurrency,
+                timeout: Duration::from_secs(timeout_secs),
+            };
+            runtime(2)?.block_on(pods_seed(&client, &params))?;
+            eprintln!("pods-seed: done");
+            Ok(())
+        }
+        Command::PodsRun {
+            settle_ms,
+            threads,
+            timeout_secs,
+            json,
+        } => {
+            ensure!(threads >= 1, "--threads must be at least 1");
+            let client = Client::new(
+                config,
+                ClientOptions {
+                    rate_limit: None,
+                    protobuf: !json,
+                    ..ClientOptions::default()
+                },
+            )?;
+            let params = PodsRunParams {
+                namespace: args.namespace,
+                settle: Duration::from_millis(settle_ms),
+                timeout: Duration::from_secs(timeout_secs),
+            };
+            runtime(threads)?.block_on(pods_run(&client, &params, || ALLOC.live_bytes()))?;
+            Ok(())
+        }
+        Command::PodsClean { concurrency } => {
+            let client = Client::new(
+                config,
+                ClientOptions {
+                    rate_limit: None,
+                    ..ClientOptions::default()
+                },
+            )?;
+            runtime(2)?.block_on(pods_clean(
+                &client,
+                &args.namespace,
+                concurrency,
+                Duration::from_secs(1_800),
+            ))?;
+            Ok(())
         }
     }
 }
