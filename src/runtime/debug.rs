@@ -14,6 +14,8 @@
 //! * per informer: kind, namespace, objects cached, bytes held, last resourceVersion,
 //!   seconds since it last heard from the server, relists, watch restarts, synced;
 //! * leader election: the holder, this replica's role, the lease's age and term;
+//! * with a sharded manager ([`Manager::shard`](super::Manager::shard)): the ranges this
+//!   replica reconciles, and every live member with the ranges its Lease says it holds;
 //! * with `?key=namespace/name`: that key's story, as each controller saw it: the watch
 //!   events that queued it (kind, verb, the object's key and resourceVersion), the ones a
 //!   predicate filtered out, how long it waited in the queue, each reconcile and its
@@ -45,6 +47,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::leader_election::LeaderElector;
+use super::shard::Shard;
 
 mod page;
 
@@ -108,6 +111,8 @@ struct Inner {
     informers: Mutex<BTreeMap<String, Arc<InformerTrace>>>,
     stats: OnceLock<StatsFn>,
     leader: Mutex<Option<Arc<LeaderElector>>>,
+    /// This replica's membership, when the manager is sharded.
+    shard: Mutex<Option<Shard>>,
 }
 
 impl std::fmt::Debug for DebugPages {
@@ -135,6 +140,7 @@ impl DebugPages {
                 informers: Mutex::new(BTreeMap::new()),
                 stats: OnceLock::new(),
                 leader: Mutex::new(None),
+                shard: Mutex::new(None),
             }),
         }
     }
@@ -173,6 +179,11 @@ impl DebugPages {
         *self.inner.leader.lock() = Some(elector);
     }
 
+    /// The shard membership whose ranges the page shows.
+    pub(crate) fn set_shard(&self, shard: Shard) {
+        *self.inner.shard.lock() = Some(shard);
+    }
+
     /// An informer metrics provider that records when each informer heard from the server,
     /// then hands everything to `inner`.
     pub(crate) fn informer_metrics(
@@ -208,6 +219,7 @@ impl DebugPages {
             .lock()
             .as_ref()
             .map(|e| leader_view(e, wall));
+        let sharding = self.inner.shard.lock().as_ref().map(shard_view);
         let story = key.filter(|k| !k.is_empty()).map(|key| {
             let mut events: Vec<StoryEvent> =
                 controllers.iter().flat_map(|c| c.story(key)).collect();
@@ -222,6 +234,7 @@ impl DebugPages {
             controllers: views,
             informers,
             leader_election,
+            sharding,
             story,
         }
     }
@@ -292,6 +305,8 @@ pub struct Snapshot {
     pub informers: Vec<InformerView>,
     /// The lease, when leader election is configured.
     pub leader_election: Option<LeaderView>,
+    /// The shards' ranges, when the manager is sharded.
+    pub sharding: Option<ShardView>,
     /// The story of the key asked for with `?key=`.
     pub story: Option<StoryView>,
 }
@@ -417,6 +432,32 @@ pub struct LeaderView {
     pub lease_age_seconds: Option<f64>,
     /// `leaseTransitions`: the leader's term.
     pub term: i32,
+}
+
+/// The shard set: this replica and the ranges each live member holds.
+#[derive(Clone, Debug, Serialize)]
+pub struct ShardView {
+    /// The set's name.
+    pub set: String,
+    /// This replica's identity.
+    pub identity: String,
+    /// The ranges whose keys this replica reconciles now.
+    pub active: String,
+    /// The term of its Lease that holds them.
+    pub term: u64,
+    /// Every live member, by identity.
+    pub members: Vec<ShardMemberView>,
+}
+
+/// One member of the shard set.
+#[derive(Clone, Debug, Serialize)]
+pub struct ShardMemberView {
+    /// Its identity.
+    pub identity: String,
+    /// The ranges its Lease says it holds.
+    pub ranges: String,
+    /// Whether it is this replica.
+    pub this: bool,
 }
 
 /// A key's story.
@@ -1034,6 +1075,27 @@ fn leader_view(elector: &LeaderElector, wall: SystemTime) -> LeaderView {
             .and_then(|at| wall.duration_since(at).ok())
             .map(|d| d.as_secs_f64()),
         term: elector.term(),
+    }
+}
+
+// === sharding ===
+
+fn shard_view(shard: &Shard) -> ShardView {
+    let holding = shard.holding().borrow().clone();
+    ShardView {
+        set: shard.config().set.clone(),
+        identity: shard.identity().to_owned(),
+        active: holding.ranges.to_string(),
+        term: holding.term,
+        members: shard
+            .members()
+            .into_iter()
+            .map(|m| ShardMemberView {
+                identity: m.identity,
+                ranges: m.ranges.to_string(),
+                this: m.this,
+            })
+            .collect(),
     }
 }
 

@@ -617,6 +617,9 @@ impl Manager {
     /// [`ManagerError::Stopped`] if the manager is stopping or has stopped.
     pub fn shard(&self, shard: super::shard::Shard) -> Result<(), ManagerError> {
         *self.shared.shard.lock() = Some(shard.clone());
+        if let Some(pages) = self.debug_pages() {
+            pages.set_shard(shard.clone());
+        }
         self.add("shard-membership", false, move |mut stop| {
             let shard = shard.clone();
             async move {

@@ -252,6 +252,34 @@ pub(super) fn content(s: &Snapshot) -> String {
         None => out.push_str("<p data-field=\"role\">not configured: every replica leads</p>"),
     }
     out.push_str("</section>");
+    if let Some(shards) = &s.sharding {
+        let _ = write!(
+            out,
+            "<section class=\"shards\"><h2>shards of {}</h2><p>this replica \
+             (<span data-field=\"shard_identity\">{}</span>) reconciles \
+             <b data-field=\"shard_active\">{}</b>, term <span data-field=\"shard_term\">{}</span></p>",
+            escape(&shards.set),
+            escape(&shards.identity),
+            escape(&shards.active),
+            shards.term,
+        );
+        let rows: Vec<_> = shards
+            .members
+            .iter()
+            .map(|m| {
+                let this = if m.this { " (this replica)" } else { "" };
+                (
+                    format!("data-member=\"{}\"", escape(&m.identity)),
+                    vec![
+                        ("identity", format!("{}{this}", m.identity)),
+                        ("ranges", m.ranges.clone()),
+                    ],
+                )
+            })
+            .collect();
+        out.push_str(&table("members", &["replica", "ranges held"], &rows));
+        out.push_str("</section>");
+    }
     out
 }
 
@@ -333,6 +361,15 @@ const SCRIPT: &str = r#"(function () {
       h += '<p data-field="role">not configured: every replica leads</p>';
     }
     h += "</section>";
+    var sh = s.sharding;
+    if (sh) {
+      h += '<section class="shards"><h2>shards of ' + esc(sh.set) + '</h2><p>this replica (<span data-field="shard_identity">' +
+        esc(sh.identity) + '</span>) reconciles <b data-field="shard_active">' + esc(sh.active) +
+        '</b>, term <span data-field="shard_term">' + sh.term + "</span></p>" +
+        table("members", ["replica", "ranges held"], sh.members.map(function (m) {
+          return ['data-member="' + esc(m.identity) + '"', [["identity", m.identity + (m.this ? " (this replica)" : "")], ["ranges", m.ranges]]];
+        })) + "</section>";
+    }
     return h;
   }
   var polls = 0;

@@ -297,3 +297,35 @@ async fn the_metrics_server_serves_the_pages_only_when_they_are_on() {
     assert!(status.contains("404"), "off: {status}");
     stop.send(true).unwrap();
 }
+
+#[tokio::test]
+async fn a_sharded_manager_shows_its_shard_set_and_members() {
+    use crate::runtime::shard::{Shard, ShardConfig};
+    let manager = crate::runtime::Manager::offline(crate::runtime::ManagerOptions {
+        debug_pages: true,
+        ..Default::default()
+    });
+    let shard = Shard::new(
+        manager.client(),
+        ShardConfig::new("memcached", "ns", "replica-<0>"),
+    )
+    .unwrap();
+    manager.shard(shard).unwrap();
+    let pages = manager.debug_pages().expect("debug pages on");
+    let snapshot = pages.snapshot(None);
+    let shards = snapshot.sharding.expect("sharded");
+    assert_eq!(shards.set, "memcached");
+    assert_eq!(shards.identity, "replica-<0>");
+    assert_eq!(
+        shards.members.len(),
+        1,
+        "before it runs it knows only itself"
+    );
+    assert!(shards.members[0].this);
+    let (html, _) = pages.respond(PAGE_PATH, None).unwrap();
+    assert!(html.contains("shards of memcached"), "{html}");
+    assert!(html.contains("replica-&lt;0&gt; (this replica)"), "{html}");
+    let (json, _) = pages.respond(JSON_PATH, None).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(value["sharding"]["members"][0]["identity"], "replica-<0>");
+}

@@ -139,6 +139,17 @@ pub struct Holding {
     pub generation: u64,
 }
 
+/// A live member of the set, as [`Shard::members`] reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemberView {
+    /// Its identity.
+    pub identity: String,
+    /// The ranges its Lease says it holds.
+    pub ranges: Ranges,
+    /// Whether it is this replica.
+    pub this: bool,
+}
+
 /// A permit to reconcile one key of a held range; the range stays held until it drops.
 pub struct Permit {
     shard: Arc<Inner>,
@@ -293,6 +304,31 @@ impl Shard {
     /// The active ranges and their term, as they change.
     pub fn holding(&self) -> watch::Receiver<Holding> {
         self.inner.holding.subscribe()
+    }
+
+    /// The live members as this replica last observed them, sorted by identity: each with
+    /// the ranges its Lease says it holds (this replica's own: the ranges it publishes).
+    pub fn members(&self) -> Vec<MemberView> {
+        let now = Instant::now();
+        let state = self.inner.state.lock();
+        let own = &self.inner.config.identity;
+        let mut members: Vec<MemberView> = state
+            .observed
+            .values()
+            .filter(|o| o.live(now) && o.holder != *own)
+            .map(|o| MemberView {
+                identity: o.holder.clone(),
+                ranges: o.holds.clone(),
+                this: false,
+            })
+            .collect();
+        members.push(MemberView {
+            identity: own.clone(),
+            ranges: state.published.clone(),
+            this: true,
+        });
+        members.sort_by(|a, b| a.identity.cmp(&b.identity));
+        members
     }
 
     /// The active ranges now.

@@ -285,6 +285,13 @@ async fn members_split_the_space_and_hand_ranges_over_without_overlap() {
     let b = start(&leases, "b");
     let c = start(&leases, "c");
     settle(&[&a, &b, &c], Duration::from_secs(60)).await;
+    let seen = b.shard.members();
+    let identities: Vec<_> = seen.iter().map(|m| (m.identity.as_str(), m.this)).collect();
+    assert_eq!(identities, [("a", false), ("b", true), ("c", false)]);
+    assert!(
+        !seen[1].ranges.is_empty(),
+        "b publishes what it holds: {seen:?}"
+    );
 
     // SIGKILL: the task dies with its Lease in place; the others wait for it to expire.
     c.task.abort();
@@ -308,6 +315,13 @@ async fn a_member_cut_off_stops_before_others_take_its_ranges_and_rejoins() {
     let b = start(&leases, "b");
     let c = start(&leases, "c");
     settle(&[&a, &b, &c], Duration::from_secs(60)).await;
+    let seen = b.shard.members();
+    let identities: Vec<_> = seen.iter().map(|m| (m.identity.as_str(), m.this)).collect();
+    assert_eq!(identities, [("a", false), ("b", true), ("c", false)]);
+    assert!(
+        !seen[1].ranges.is_empty(),
+        "b publishes what it holds: {seen:?}"
+    );
 
     b.cut.store(true, Ordering::SeqCst);
     // b stays in the check: it must stop admitting before a or c start on its ranges.
