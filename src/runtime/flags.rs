@@ -75,7 +75,10 @@
 //! `--enable-http2`; `--enable-debug-pages` (ours: see [`debug`](super::debug));
 //! `--webhook-cert-path/-name/-key` (`--cert-dir` is the same as
 //! `--webhook-cert-path`), `--webhook-port` and `--webhook-host`. Then `--kubeconfig`, `--namespace`,
-//! `--kube-api-qps/--kube-api-burst`, `--log-level` and `--log-format`. Booleans are
+//! `--kube-api-qps/--kube-api-burst`, `--log-level` and `--log-format`. And ours:
+//! `--max-concurrent-reconciles` (default 16, where controller-runtime's is 1),
+//! `--read-your-writes` (default true; see [`cache`](super::cache)), and `--shard`,
+//! `--shard-identity` and `--shard-namespace` (see [`shard`](super::shard)). Booleans are
 //! Go-style (`--metrics-secure=false`), durations are a whole number and a unit (`15s`,
 //! `500ms`, `1m`), and an address of `0` turns its server off.
 
@@ -91,7 +94,10 @@ use super::preflight::PreflightError;
 use super::server::{SecureMetricsOptions, parse_bind_address};
 use super::shard::{Shard, ShardConfig};
 use super::webhook::WebhookOptions;
-use super::{CacheOptions, Manager, ManagerError, ManagerOptions, OnLeaseLost};
+use super::{
+    CacheOptions, DEFAULT_MAX_CONCURRENT_RECONCILES, Manager, ManagerError, ManagerOptions,
+    OnLeaseLost,
+};
 use crate::client::RateLimit;
 use crate::config::{self, Config, KubeconfigOptions};
 
@@ -215,6 +221,15 @@ pub struct ManagerArgs {
     /// configuration's namespace).
     #[arg(long)]
     pub shard_namespace: Option<String>,
+    /// How many keys each controller reconciles at once, for controllers that set no
+    /// number of their own (one key is never reconciled by two workers at once).
+    #[arg(long, default_value_t = DEFAULT_MAX_CONCURRENT_RECONCILES)]
+    pub max_concurrent_reconciles: usize,
+    /// Make cache reads wait for this manager's own writes (read-your-own-writes); `false`
+    /// answers what the cache holds at once, as controller-runtime does by default.
+    #[arg(long, default_value_t = true, value_parser = go_bool, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub read_your_writes: bool,
     /// --log-level and --log-format.
     #[command(flatten)]
     pub log: LogArgs,
@@ -285,8 +300,10 @@ impl ManagerArgs {
             },
             cache: CacheOptions {
                 namespaces: self.namespace.iter().cloned().collect(),
+                read_your_writes: self.read_your_writes,
                 ..CacheOptions::default()
             },
+            max_concurrent_reconciles: self.max_concurrent_reconciles,
             ..ManagerOptions::default()
         };
         options.client.rate_limit = self.rate_limit()?;

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use controller_runtime::runtime::{CacheOptions, ManagerArgs, ManagerOptions};
+use controller_runtime::runtime::{ManagerArgs, ManagerOptions};
 use memcached_operator::{cache_selectors, crd_yaml, rbac_yaml, setup, webhook};
 
 /// The leader election Lease's name (kubebuilder's `LeaderElectionID`).
@@ -28,15 +28,6 @@ struct Flags {
     /// An image prefix the validating webhook allows (repeatable); none allows any image.
     #[arg(long = "allowed-image-prefix")]
     allowed_image_prefixes: Vec<String>,
-    /// Make cache reads wait for the operator's own writes (read-your-own-writes); `false`
-    /// answers what the cache holds at once, as controller-runtime does by default.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
-          default_missing_value = "true", require_equals = true)]
-    read_your_writes: bool,
-    /// How many Memcached resources are reconciled at once (one resource is never
-    /// reconciled twice at once).
-    #[arg(long, default_value_t = controller_runtime::runtime::DEFAULT_MAX_CONCURRENT_RECONCILES)]
-    max_concurrent_reconciles: usize,
 }
 
 /// What the binary can do besides running the operator.
@@ -69,13 +60,8 @@ async fn main() -> ExitCode {
             }
         };
     }
-    let (read_your_writes, workers) = (flags.read_your_writes, flags.max_concurrent_reconciles);
     let cache = |o: ManagerOptions| ManagerOptions {
-        cache: CacheOptions {
-            read_your_writes,
-            ..cache_selectors(o.cache)
-        },
-        max_concurrent_reconciles: workers,
+        cache: cache_selectors(o.cache),
         ..o
     };
     (flags.manager)
