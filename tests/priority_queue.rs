@@ -96,8 +96,10 @@ async fn a_live_change_is_reconciled_before_an_initial_list_of_many_objects() {
         started: Mutex::new(Vec::new()),
         release: Semaphore::new(0),
     });
+    // One worker, so that a single reconcile held open keeps the rest of the list queued.
     Controller::<ConfigMap>::new(&manager)
         .named("prio")
+        .max_concurrent_reconciles(1)
         .complete(record, ctx.clone())
         .unwrap();
     let (stop, task) = run_manager(&manager);
