@@ -604,7 +604,10 @@ fn the_rendered_roles_grant_exactly_the_expected_rules() {
     let reader = find(&objects, "ClusterRole", "memcached-operator-metrics-reader");
     assert_eq!(
         reader["rules"],
-        json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+        json!([{
+            "nonResourceURLs": ["/metrics", "/debug/controllers", "/debug/controllers.json"],
+            "verbs": ["get"]
+        }])
     );
     // Bound to the manager's service account, and nothing else is granted.
     let account = json!([{
