@@ -24,9 +24,12 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use common::{converged, release_all, settled, setup, spec, start_operator, teardown};
+use common::{
+    converged, micros, now_micros, release_all, secs, settled, setup, spec, start_operator,
+    teardown,
+};
 use controller_runtime::client::{Api, Patch, PatchParams, PostParams};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -45,36 +48,6 @@ const SLACK: Duration = Duration::from_secs(2);
 const KILLS: usize = 3;
 const LEASE_NAME: &str = "86f835c3.example.com";
 const MEMCACHEDS: [&str; 3] = ["mc-0", "mc-1", "mc-2"];
-
-/// Microseconds since the epoch of `ts`, an RFC 3339 UTC timestamp as the operator's JSON
-/// log writes it (`2026-11-26T02:08:39.522512Z`).
-fn micros(ts: &str) -> i64 {
-    let bad = || panic!("timestamp {ts:?}");
-    let (date, time) = ts.trim_end_matches('Z').split_once('T').unwrap_or_else(bad);
-    let ymd: Vec<i64> = date.split('-').map(|p| p.parse().unwrap()).collect();
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let hms: Vec<i64> = hms.split(':').map(|p| p.parse().unwrap()).collect();
-    let frac_micros = format!("{frac:0<6}")[..6].parse::<i64>().unwrap();
-    // Days from the civil date (proleptic Gregorian), Howard Hinnant's method.
-    let (y, m, d) = (ymd[0] - i64::from(ymd[1] <= 2), ymd[1], ymd[2]);
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    ((days * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2]) * 1_000_000) + frac_micros
-}
-
-fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as i64
-}
-
-fn secs(micros: i64) -> f64 {
-    micros as f64 / 1e6
-}
 
 /// One operator process and what the test did to it.
 struct Candidate {

@@ -20,9 +20,9 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use common::{converged, setup, spec, start_operator, teardown, written};
+use common::{converged, micros, now_micros, setup, spec, start_operator, teardown, written};
 use controller_runtime::client::{Api, ListParams, PostParams};
 use controller_runtime::runtime::shard::{Ranges, assign, fnv1a64};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -37,30 +37,6 @@ const RETRY: Duration = Duration::from_secs(1);
 /// Memcacheds before the kill, and added after it.
 const FIRST: usize = 240;
 const LATER: usize = 60;
-
-/// Microseconds since the epoch of an RFC 3339 UTC timestamp of the JSON log.
-fn micros(ts: &str) -> i64 {
-    let bad = || panic!("timestamp {ts:?}");
-    let (date, time) = ts.trim_end_matches('Z').split_once('T').unwrap_or_else(bad);
-    let ymd: Vec<i64> = date.split('-').map(|p| p.parse().unwrap()).collect();
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let hms: Vec<i64> = hms.split(':').map(|p| p.parse().unwrap()).collect();
-    let frac_micros = format!("{frac:0<6}")[..6].parse::<i64>().unwrap();
-    let (y, m, d) = (ymd[0] - i64::from(ymd[1] <= 2), ymd[1], ymd[2]);
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    ((days * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2]) * 1_000_000) + frac_micros
-}
-
-fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as i64
-}
 
 /// One operator process.
 struct Replica {

@@ -234,3 +234,23 @@ pub fn written(mc: &Memcached, deployments: &BTreeMap<String, Deployment>) -> Re
     }
     Ok(())
 }
+
+/// Microseconds since the epoch of `ts`, an RFC 3339 timestamp as the operator's JSON log
+/// writes it (`2026-11-26T02:08:39.522512Z`).
+pub fn micros(ts: &str) -> i64 {
+    let at: k8s_openapi::jiff::Timestamp = ts
+        .parse()
+        .unwrap_or_else(|e| panic!("timestamp {ts:?}: {e}"));
+    at.as_microsecond()
+}
+
+/// Microseconds since the epoch, now.
+pub fn now_micros() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    i64::try_from(since.expect("a clock after 1970").as_micros()).expect("a clock before 2262")
+}
+
+/// Microseconds as seconds.
+pub fn secs(micros: i64) -> f64 {
+    micros as f64 / 1e6
+}
