@@ -171,6 +171,7 @@ use super::predicate::{self, Event, Predicate};
 use super::rbac::{self, Rule};
 use super::shard::cache::{By, ShardFilter};
 use super::shard::controller::Sharding;
+use super::shard::member::Permit;
 use crate::client::Raw;
 
 // === Action and ReconcileError ===
@@ -591,15 +592,17 @@ impl<K: CachedKind> Controller<K> {
         let predicate = predicate.into();
         self.wires.push(Box::new(move |manager, target| {
             let keep = manager.cache().options().keep_typed;
-            let map = move |obj: &Raw<W>, out: &mut dyn FnMut(Key)| match cache::typed(obj, keep) {
-                Ok(typed) => map(&typed).iter().for_each(|r| out(r.key())),
-                Err(e) => tracing::warn!(
-                    error = %e,
-                    object = %informer::key_of(obj),
-                    "watched object does not decode; its event is ignored"
-                ),
+            let sharding = match manager.sharding() {
+                Some(shard) => Some(Sharding::new(shard, manager.store::<K>()?)),
+                None => None,
             };
-            wire::<W>(manager, target, predicate, true, map)
+            wire::<W>(
+                manager,
+                target,
+                predicate,
+                true,
+                watch_map(keep, sharding, map),
+            )
         }));
         self
     }
@@ -770,6 +773,10 @@ impl<K: CachedKind> Controller<K> {
             let slot = target.queue.clone();
             trace.set_delayed(move || slot.get().map_or(0, |queue| queue.pending_delayed()));
         }
+        let sharding = self
+            .manager
+            .sharding()
+            .map(|shard| Arc::new(Sharding::new(shard, store.clone())));
         let on_delete = match self.on_delete {
             Some(on_delete) => {
                 let graves = Graves::default();
@@ -779,6 +786,7 @@ impl<K: CachedKind> Controller<K> {
                     &target.filters,
                     for_predicate.clone(),
                     &graves,
+                    sharding.clone(),
                 )?;
                 Some((on_delete, graves))
             }
@@ -801,14 +809,10 @@ impl<K: CachedKind> Controller<K> {
             self.manager.add_rbac(rule);
         }
         let ryw = self.read_your_writes;
-        let sharding = match self.manager.sharding() {
-            Some(shard) => {
-                let filter = ShardFilter::new(&shard, By::Own);
-                self.manager.cache().set_filter::<K>(Arc::new(filter))?;
-                Some(Arc::new(Sharding::new(shard, store.clone())))
-            }
-            None => None,
-        };
+        if let Some(shard) = self.manager.sharding() {
+            let filter = ShardFilter::new(&shard, By::Own);
+            self.manager.cache().set_filter::<K>(Arc::new(filter))?;
+        }
         let follow = sharding.clone().map(|s| (s, store.clone()));
         let reconcile = Arc::new(move |obj, ctx| {
             Box::pin(with_read_your_writes(ryw, reconcile(obj, ctx)))
@@ -881,6 +885,31 @@ impl<K> fmt::Debug for Controller<K> {
             .field("on_delete", &self.on_delete.is_some())
             .field("rbac", &self.rules)
             .finish_non_exhaustive()
+    }
+}
+
+/// A `watches` kind's mapping, as its handler runs it: the typed object to the keys `map`
+/// names. Sharded, a key whose primary object is not cached in this replica's active
+/// ranges is not queued at all: the worker's gate would refuse it anyway, and a primary
+/// cached later, or a range acquired later, queues its key itself.
+fn watch_map<W: CachedKind>(
+    keep: bool,
+    sharding: Option<Sharding>,
+    map: impl Fn(&W) -> Vec<ObjectRef> + Send + Sync + 'static,
+) -> impl Fn(&Raw<W>, &mut dyn FnMut(Key)) + Send + Sync + 'static {
+    move |obj: &Raw<W>, out: &mut dyn FnMut(Key)| match cache::typed(obj, keep) {
+        Ok(typed) => {
+            for key in map(&typed).iter().map(ObjectRef::key) {
+                if sharding.as_ref().is_none_or(|s| s.may_admit(&key)) {
+                    out(key);
+                }
+            }
+        }
+        Err(e) => tracing::warn!(
+            error = %e,
+            object = %informer::key_of(obj),
+            "watched object does not decode; its event is ignored"
+        ),
     }
 }
 
@@ -1117,13 +1146,15 @@ where
 }
 
 /// Registers, on every informer of kind `K`, a handler that keeps the last state of each
-/// deleted object passing `filters` and `predicate` in `graves`, and queues its key.
+/// deleted object passing `filters` and `predicate` in `graves`, and queues its key;
+/// sharded, only of an object in this replica's active ranges.
 fn record_deletes<K: CachedKind>(
     manager: &Manager,
     queue: &Slot,
     filters: &Arc<[Predicate]>,
     predicate: Option<Predicate>,
     graves: &Graves<K>,
+    sharding: Option<Arc<Sharding>>,
 ) -> Result<(), CacheError> {
     let store = manager.store::<K>()?;
     let handler = Arc::new(RecordDeletes {
@@ -1132,6 +1163,7 @@ fn record_deletes<K: CachedKind>(
         predicate,
         graves: graves.clone(),
         keep: manager.cache().options().keep_typed,
+        sharding,
     });
     for informer in store.informers() {
         informer.add_event_handler(handler.clone())?;
@@ -1146,6 +1178,10 @@ struct RecordDeletes<K> {
     predicate: Option<Predicate>,
     graves: Graves<K>,
     keep: bool,
+    /// Sharded: deletes of objects outside the active ranges are not kept. Those include
+    /// the objects a relist drops from the cache when a range is given up, which are not
+    /// deleted at all.
+    sharding: Option<Arc<Sharding>>,
 }
 
 impl<K: CachedKind> EventHandler<Raw<K>> for RecordDeletes<K> {
@@ -1167,11 +1203,25 @@ impl<K: CachedKind> EventHandler<Raw<K>> for RecordDeletes<K> {
         {
             return;
         }
+        let hash = match &self.sharding {
+            None => None,
+            Some(sharding) => match sharding.hash(last) {
+                Some(hash) if sharding.holds(hash) => Some(hash),
+                _ => {
+                    tracing::debug!(
+                        object = %obj.key(),
+                        "deleted (or dropped from the cache) outside this replica's shard ranges: on_delete is not called for it here"
+                    );
+                    return;
+                }
+            },
+        };
         match cache::typed(last, self.keep) {
             Ok(typed) => {
                 let key = obj.key();
                 let mut graves = self.graves.lock();
-                graves.entry(key.clone()).or_default().push_back(typed);
+                let grave = Grave { last: typed, hash };
+                graves.entry(key.clone()).or_default().push_back(grave);
                 queue.add(key);
             }
             Err(error) => tracing::error!(
@@ -1192,13 +1242,32 @@ type Reconcile<K, C> =
 type OnDelete<K> = Arc<dyn Fn(Arc<K>) -> BoxFuture<Result<(), ReconcileError>> + Send + Sync>;
 /// The last states of deleted objects whose `on_delete` has not succeeded yet, by key,
 /// oldest first.
-type Graves<K> = Arc<Mutex<HashMap<Key, VecDeque<Arc<K>>>>>;
+type Graves<K> = Arc<Mutex<HashMap<Key, VecDeque<Grave<K>>>>>;
+
+/// A deleted object's last state, waiting for `on_delete`.
+struct Grave<K> {
+    last: Arc<K>,
+    /// Sharded: the object's shard hash, which decides the replica that runs `on_delete`.
+    hash: Option<u64>,
+}
+
+impl<K> Clone for Grave<K> {
+    fn clone(&self) -> Self {
+        Grave {
+            last: self.last.clone(),
+            hash: self.hash,
+        }
+    }
+}
 
 /// How a reconcile (or an `on_delete`) ended, when it did not return `Ok`.
 enum Failure {
     Error(ReconcileError),
     Panic(Box<dyn Any + Send>),
     Timeout(Duration),
+    /// Sharded: dropped because this replica could no longer prove it holds the key's
+    /// range (its renew deadline passed).
+    Revoked,
 }
 
 /// A controller's queue and its workers, ready to run; a clone shares everything but is
@@ -1289,10 +1358,24 @@ where
     /// `on_delete` once) and queues it again as the outcome asks.
     async fn process(&self, key: &Key, priority: i32, stop: &watch::Receiver<bool>) {
         if let Some((on_delete, graves)) = &self.on_delete {
-            let last = graves.lock().get(key).and_then(|g| g.front().cloned());
-            if let Some(last) = last {
-                let work = on_delete(last);
-                return self.delete(key, priority, stop, work, graves).await;
+            loop {
+                let front = graves.lock().get(key).and_then(|g| g.front().cloned());
+                let Some(grave) = front else { break };
+                // Sharded: only the replica that holds the deleted object's range now runs
+                // its on_delete; a state of a range given up since the delete is dropped.
+                let permit = match &self.sharding {
+                    None => None,
+                    Some(sharding) => match grave.hash.and_then(|h| sharding.admit_hash(h)) {
+                        Some(permit) => Some(permit),
+                        None => {
+                            tracing::info!(controller = %self.name, %key, "deleted object no longer in this replica's shard ranges; on_delete is not called for it");
+                            pop_grave(graves, key);
+                            continue;
+                        }
+                    },
+                };
+                let work = on_delete(grave.last);
+                return self.delete(key, priority, stop, work, graves, permit).await;
             }
         }
         let object = match (self.lookup)(key).await {
@@ -1319,13 +1402,7 @@ where
         let permit = match &self.sharding {
             None => None,
             Some(sharding) => match sharding.admit(key) {
-                Some(permit) => {
-                    span.record("replica", sharding.identity());
-                    span.record("range", tracing::field::display(permit.range));
-                    span.record("term", permit.term);
-                    span.in_scope(|| tracing::info!("shard reconcile started"));
-                    Some(permit)
-                }
+                Some(permit) => Some(permit),
                 None => {
                     tracing::debug!(controller = %self.name, %key, "not in this replica's shard ranges; skipped");
                     self.queue.forget(key);
@@ -1334,11 +1411,7 @@ where
             },
         };
         let work = (self.reconcile)(object, self.context.clone());
-        let (outcome, elapsed) = self.attempt(&span, stop, work).await;
-        if permit.is_some() {
-            span.in_scope(|| tracing::info!("shard reconcile ended"));
-        }
-        drop(permit);
+        let (outcome, elapsed) = self.attempt(&span, stop, work, permit).await;
         let _entered = span.enter();
         // A requeue keeps the priority unless the action sets one.
         let requeue_at = match &outcome {
@@ -1385,10 +1458,11 @@ where
         stop: &watch::Receiver<bool>,
         work: BoxFuture<Result<(), ReconcileError>>,
         graves: &Graves<K>,
+        permit: Option<Permit>,
     ) {
         let span = self.span(key);
         span.in_scope(|| tracing::debug!("object is gone; calling on_delete with its last state"));
-        let (outcome, elapsed) = self.attempt(&span, stop, work).await;
+        let (outcome, elapsed) = self.attempt(&span, stop, work, permit).await;
         let _entered = span.enter();
         let settled = match &outcome {
             Ok(()) => true,
@@ -1403,17 +1477,7 @@ where
             Err(failure) => self.failed(key, failure, priority),
         };
         if settled {
-            let more = {
-                let mut graves = graves.lock();
-                let rest = graves.get_mut(key).map(|g| {
-                    g.pop_front();
-                    g.len()
-                });
-                if rest == Some(0) {
-                    graves.remove(key);
-                }
-                rest.unwrap_or(0) > 0
-            };
+            let more = pop_grave(graves, key) > 0;
             if more || matches!((self.lookup)(key).await, Ok(Some(_))) {
                 self.queue.add(key.clone());
             }
@@ -1439,13 +1503,23 @@ where
     }
 
     /// Runs `work` (a reconcile or an `on_delete`) in `span`, within the timeout, with a
-    /// panic caught and [`stopping`] and [`deadline`] answering inside.
+    /// panic caught and [`stopping`] and [`deadline`] answering inside. Sharded, with the
+    /// `permit` that admitted it: logs `shard reconcile started` and `ended` in `span`
+    /// (which names the replica, range and term), and drops `work` at once if the permit is
+    /// revoked (this replica's renew deadline passed), before the range can move.
     async fn attempt<T>(
         &self,
         span: &Span,
         stop: &watch::Receiver<bool>,
         work: BoxFuture<Result<T, ReconcileError>>,
+        permit: Option<Permit>,
     ) -> (Result<T, Failure>, Duration) {
+        if let (Some(permit), Some(sharding)) = (&permit, &self.sharding) {
+            span.record("replica", sharding.identity());
+            span.record("range", tracing::field::display(permit.range));
+            span.record("term", permit.term);
+            span.in_scope(|| tracing::info!("shard reconcile started"));
+        }
         span.in_scope(|| tracing::debug!("reconciling"));
         let started = Instant::now();
         let deadline = self.timeout.map(|t| (tokio::time::Instant::now() + t, t));
@@ -1462,13 +1536,36 @@ where
             }
         };
         self.metrics.worker_started();
-        let outcome = match deadline {
-            Some((at, timeout)) => tokio::time::timeout_at(at, work)
-                .await
-                .unwrap_or(Err(Failure::Timeout(timeout))),
+        let work = async {
+            match deadline {
+                Some((at, timeout)) => tokio::time::timeout_at(at, work)
+                    .await
+                    .unwrap_or(Err(Failure::Timeout(timeout))),
+                None => work.await,
+            }
+        };
+        let outcome = match &permit {
+            Some(permit) => tokio::select! {
+                // Past the fence, whatever the work would still do is not ours to do.
+                biased;
+                () = permit.revoked() => Err(Failure::Revoked),
+                outcome = work => outcome,
+            },
             None => work.await,
         };
         self.metrics.worker_stopped();
+        if permit.is_some() {
+            if matches!(outcome, Err(Failure::Revoked)) {
+                span.in_scope(|| {
+                    tracing::warn!(
+                        "shard reconcile aborted: this replica's renew deadline passed, so it can no longer prove it holds the key's range"
+                    )
+                });
+            }
+            span.in_scope(|| tracing::info!("shard reconcile ended"));
+        }
+        // The range stays held until here: the work was dropped (or returned) first.
+        drop(permit);
         (outcome, started.elapsed())
     }
 
@@ -1504,6 +1601,10 @@ where
                     "reconcile timed out and was dropped; retrying with backoff"
                 );
             }
+            Failure::Revoked => {
+                // Retried only if this replica holds the key's range again by then.
+                tracing::warn!("reconcile dropped with its shard range; retrying with backoff");
+            }
         }
         let retry = AddOpts::new().priority(priority).rate_limited();
         let delay = self.queue.add_with(key.clone(), retry);
@@ -1527,6 +1628,19 @@ where
     }
 }
 
+/// Drops the oldest deleted state of `key`; how many are left.
+fn pop_grave<K>(graves: &Graves<K>, key: &Key) -> usize {
+    let mut graves = graves.lock();
+    let rest = graves.get_mut(key).map(|g| {
+        g.pop_front();
+        g.len()
+    });
+    if rest == Some(0) {
+        graves.remove(key);
+    }
+    rest.unwrap_or(0)
+}
+
 /// Marks a key handed out by the queue done when dropped.
 struct Done<'a>(&'a Queue, &'a Key);
 
@@ -1543,6 +1657,7 @@ fn failure_line(failure: &Failure) -> String {
         Failure::Error(error) => error_line(error),
         Failure::Panic(panic) => format!("panicked: {}", error_line(&panic_message(&**panic))),
         Failure::Timeout(timeout) => format!("timed out after {timeout:?}"),
+        Failure::Revoked => "dropped: the shard range could no longer be proven held".to_owned(),
     }
 }
 

@@ -162,7 +162,13 @@ fn deleting_workers(
     });
     let kept: Graves<String> = Graves::default();
     for (key, states) in graves {
-        let states = states.iter().map(|s| Arc::new(s.to_string())).collect();
+        let states = states
+            .iter()
+            .map(|s| Grave {
+                last: Arc::new(s.to_string()),
+                hash: None,
+            })
+            .collect();
         kept.lock().insert((*key).into(), states);
     }
     let script = script.clone();
@@ -536,6 +542,7 @@ async fn the_delete_handler_keeps_last_states_tombstones_included_as_predicates_
         predicate: Some(not_b),
         graves: graves.clone(),
         keep: false,
+        sharding: None,
     };
     handler.on_delete(&DeletedObject::Object(configmap_raw("a", "1")));
     handler.on_delete(&DeletedObject::Tombstone(
@@ -554,7 +561,7 @@ async fn the_delete_handler_keeps_last_states_tombstones_included_as_predicates_
     let graves = graves.lock();
     let kept: Vec<_> = graves["ns/a"]
         .iter()
-        .map(|cm| cm.data.as_ref().unwrap()["v"].clone())
+        .map(|g| g.last.data.as_ref().unwrap()["v"].clone())
         .collect();
     assert_eq!(kept, ["1", "2"], "both last states, oldest first");
     assert_eq!(
@@ -786,4 +793,282 @@ async fn a_controller_takes_the_managers_worker_count_unless_it_sets_its_own() {
     assert_eq!(workers_of_controller(&manager, "configmap"), Some(3.0));
     assert_eq!(workers_of_controller(&manager, "own"), Some(5.0));
     assert_eq!(workers_of_controller(&manager, "none"), Some(1.0));
+}
+
+// === sharding ===
+
+use crate::runtime::shard::{Ranges, Shard, fnv1a64};
+
+/// The lower half of the hash space: what the sharded workers below hold.
+const LOW: &str = "0x0-0x8000000000000000";
+const LOW_HASH: u64 = 1;
+const HIGH_HASH: u64 = u64::MAX - 1;
+
+/// The shard hash of a test key's object: `ns/low…` in the lower half, `ns/high…` in the
+/// upper, anything else not cached.
+fn test_hash(key: &str) -> Option<u64> {
+    let name = key.strip_prefix("ns/")?;
+    if name.starts_with("low") {
+        Some(LOW_HASH)
+    } else if name.starts_with("high") {
+        Some(HIGH_HASH)
+    } else {
+        None
+    }
+}
+
+/// A shard holding the lower half, its fence `fence` from now.
+fn low_shard(fence: Duration) -> Shard {
+    let low: Ranges = LOW.parse().unwrap();
+    Shard::fixed("r0", low, tokio::time::Instant::now() + fence)
+}
+
+fn shard_workers(script: &Arc<Script>, shard: &Shard) -> (Workers<String, Script>, Metrics) {
+    let (mut workers, metrics) = workers(script, 2);
+    workers.sharding = Some(Arc::new(Sharding::from_fn(shard.clone(), test_hash)));
+    (workers, metrics)
+}
+
+/// Waits (on paused time) until `done` holds, checking every 10 ms; panics after `limit`.
+async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let until = tokio::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{what}: not within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sharded_worker_never_reconciles_a_key_outside_its_active_ranges() {
+    let script = Arc::new(Script::default());
+    let shard = low_shard(Duration::from_secs(7200));
+    let (workers, _) = shard_workers(&script, &shard);
+    let queue = workers.queue.clone();
+    // A key a watch mapped to a primary of another replica's range, one whose primary is
+    // not cached here, and one of this replica's.
+    queue.add("ns/high-a".into());
+    queue.add("ns/uncached".into());
+    queue.add("ns/low-a".into());
+    queue.add_after("ns/low-marker".into(), Duration::from_secs(3600));
+    run_until(workers, &script, || script.count("ns/low-marker") == 1).await;
+    assert_eq!(script.order(), ["ns/low-a", "ns/low-marker"]);
+    assert_eq!(queue.num_requeues(&Key::from("ns/high-a")), 0, "forgotten");
+}
+
+#[test]
+fn a_watched_objects_keys_outside_the_active_ranges_are_not_queued() {
+    // The ConfigMap names, in its data, the primaries it concerns.
+    let map = |cm: &ConfigMap| {
+        let data = cm.data.clone().unwrap_or_default();
+        data.values()
+            .map(|name| ObjectRef::new(name).within("ns"))
+            .collect::<Vec<_>>()
+    };
+    let json = r#"{"metadata":{"name":"w","namespace":"ns"},"data":{"a":"low-1","b":"high-1","c":"uncached","d":"low-2"}}"#;
+    let watched: Raw<ConfigMap> = Raw::from_json(json).unwrap();
+    let keys = |sharding| {
+        let mut keys = Vec::new();
+        watch_map(false, sharding, map)(&watched, &mut |k| keys.push(k.to_string()));
+        keys
+    };
+    let shard = low_shard(Duration::from_secs(7200));
+    let sharded = keys(Some(Sharding::from_fn(shard, test_hash)));
+    assert_eq!(sharded, ["ns/low-1", "ns/low-2"]);
+    let all = keys(None);
+    assert_eq!(all, ["ns/low-1", "ns/high-1", "ns/uncached", "ns/low-2"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sharded_reconcile_is_dropped_at_the_renew_deadline_before_its_range_can_move() {
+    let script = Arc::new(Script::default());
+    script.answer("ns/low-a", vec![Answer::Hang]);
+    let fence = Duration::from_secs(10);
+    let shard = low_shard(fence);
+    let started = tokio::time::Instant::now();
+    let (workers, metrics) = shard_workers(&script, &shard);
+    workers.queue.add("ns/low-a".into());
+    let (stop, stopping) = watch::channel(false);
+    let run = tokio::spawn(workers.run(stopping));
+
+    tokio::time::sleep(fence - Duration::from_millis(100)).await;
+    assert_eq!(script.count("ns/low-a"), 1);
+    assert_eq!(
+        script.dropped.load(Ordering::SeqCst),
+        0,
+        "runs while the fence holds"
+    );
+    assert_eq!(shard.in_flight(), 1, "its permit holds the range");
+
+    // Another member may start on the key lease_duration - renew_deadline (5 s) after the
+    // fence, at the earliest.
+    wait_for("the reconcile dropped", Duration::from_secs(5), || {
+        script.dropped.load(Ordering::SeqCst) == 1 && shard.in_flight() == 0
+    })
+    .await;
+    assert!(
+        tokio::time::Instant::now() >= started + fence,
+        "not before the fence"
+    );
+    assert!(
+        shard.admit(LOW_HASH).is_none(),
+        "nothing admitted past the fence"
+    );
+    let one = |name: &str| metric(&metrics, &format!(r#"{name}{{controller="test"}}"#));
+    assert_eq!(one("controller_runtime_reconcile_errors_total"), 1.0);
+
+    // Retried with backoff, it is refused by the gate: it never runs again here.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(script.count("ns/low-a"), 1);
+    stop.send(true).unwrap();
+    run.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_sharded_reconcile_runs_to_its_end_while_renewals_move_the_fence() {
+    let gate = Arc::new(Semaphore::new(0));
+    let script = Arc::new(Script {
+        gate: Some(gate.clone()),
+        ..Script::default()
+    });
+    let renew = Duration::from_secs(10);
+    let shard = low_shard(renew);
+    let (workers, metrics) = shard_workers(&script, &shard);
+    workers.queue.add("ns/low-a".into());
+    let renewer = {
+        let shard = shard.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                shard.set_fence(tokio::time::Instant::now() + renew);
+            }
+        })
+    };
+    let releaser = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        gate.add_permits(1);
+    });
+    run_until(workers, &script, || {
+        script.count("ns/low-a") == 1 && script.running.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    renewer.abort();
+    releaser.await.unwrap();
+    assert_eq!(script.dropped.load(Ordering::SeqCst), 0);
+    let one = |name: &str| metric(&metrics, &format!(r#"{name}{{controller="test"}}"#));
+    assert_eq!(one("controller_runtime_reconcile_errors_total"), 0.0);
+    assert_eq!(shard.in_flight(), 0);
+}
+
+/// Sharded workers with `on_delete`, whose objects exist only when in `existing`, and
+/// deleted states (with their shard hashes) waiting for it.
+fn sharded_deleting_workers(
+    script: &Arc<Script>,
+    shard: &Shard,
+    existing: &[&str],
+    graves: &[(&str, &[(&str, u64)])],
+) -> (Workers<String, Script>, Graves<String>) {
+    let (mut workers, kept, _) = deleting_workers(script, existing, &[]);
+    workers.sharding = Some(Arc::new(Sharding::from_fn(shard.clone(), test_hash)));
+    for (key, states) in graves {
+        let states = states
+            .iter()
+            .map(|(s, hash)| Grave {
+                last: Arc::new(s.to_string()),
+                hash: Some(*hash),
+            })
+            .collect();
+        kept.lock().insert((*key).into(), states);
+    }
+    (workers, kept)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sharded_on_delete_runs_only_for_a_state_of_a_held_range() {
+    let script = Arc::new(Script::default());
+    let shard = low_shard(Duration::from_secs(7200));
+    // ns/low-a was deleted twice: once as an object of another replica's range (a uid
+    // placed high), once of this one's; it exists again, in this replica's range.
+    let graves: &[(&str, &[(&str, u64)])] = &[(
+        "ns/low-a",
+        &[("ns/low-a#high", HIGH_HASH), ("ns/low-a#low", LOW_HASH)],
+    )];
+    let (workers, kept) = sharded_deleting_workers(&script, &shard, &["ns/low-a"], graves);
+    workers.queue.add("ns/low-a".into());
+    run_until(workers, &script, || script.count("ns/low-a") == 1).await;
+    assert_eq!(script.order(), ["ns/low-a#low", "ns/low-a"]);
+    assert!(kept.lock().is_empty(), "the other range's state is dropped");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sharded_on_delete_holds_its_range_and_is_dropped_at_the_renew_deadline() {
+    let script = Arc::new(Script::default());
+    script.answer("ns/low-a#1", vec![Answer::Hang]);
+    let fence = Duration::from_secs(10);
+    let shard = low_shard(fence);
+    let graves: &[(&str, &[(&str, u64)])] = &[("ns/low-a", &[("ns/low-a#1", LOW_HASH)])];
+    let (workers, kept) = sharded_deleting_workers(&script, &shard, &[], graves);
+    workers.queue.add("ns/low-a".into());
+    let (stop, stopping) = watch::channel(false);
+    let run = tokio::spawn(workers.run(stopping));
+    tokio::time::sleep(fence - Duration::from_millis(100)).await;
+    assert_eq!(script.count("ns/low-a#1"), 1);
+    assert_eq!(
+        shard.in_flight(),
+        1,
+        "an on_delete in flight holds its range"
+    );
+    wait_for("the on_delete dropped", Duration::from_secs(5), || {
+        script.dropped.load(Ordering::SeqCst) == 1 && shard.in_flight() == 0
+    })
+    .await;
+    // Its retry finds the range no longer held: the state is dropped, not run again.
+    wait_for("the state dropped", Duration::from_secs(60), || {
+        kept.lock().is_empty()
+    })
+    .await;
+    assert_eq!(script.count("ns/low-a#1"), 1);
+    stop.send(true).unwrap();
+    run.await.unwrap();
+}
+
+#[test]
+fn a_sharded_delete_handler_keeps_only_deletes_of_its_active_ranges() {
+    // Uids whose hashes fall in the lower and the upper half.
+    let uid = |low: bool| {
+        (0..)
+            .map(|i| format!("uid-{i}"))
+            .find(|u| (fnv1a64(u) < 1 << 63) == low)
+            .unwrap()
+    };
+    let raw = |name: &str, uid: &str| {
+        let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"ns","uid":"{uid}"}}}}"#);
+        Arc::new(Raw::<ConfigMap>::from_json(&json).unwrap())
+    };
+    let queue: Queue = RateLimitingQueue::new(default_controller_rate_limiter());
+    let graves: Graves<ConfigMap> = Graves::default();
+    let shard = low_shard(Duration::from_secs(7200));
+    let handler = RecordDeletes {
+        queue: Slot::holding(queue.clone()),
+        filters: Arc::from(Vec::new()),
+        predicate: None,
+        graves: graves.clone(),
+        keep: false,
+        sharding: Some(Arc::new(Sharding::from_fn(shard, |_| None))),
+    };
+    let (low, high) = (uid(true), uid(false));
+    handler.on_delete(&DeletedObject::Object(raw("a", &low)));
+    // What a relist drops from the cache once the upper half was given up: not deleted.
+    handler.on_delete(&DeletedObject::Tombstone(
+        informer::DeletedFinalStateUnknown {
+            key: "ns/b".into(),
+            obj: Some(raw("b", &high)),
+        },
+    ));
+    let graves = graves.lock();
+    assert_eq!(graves.len(), 1);
+    assert_eq!(graves["ns/a"][0].hash, Some(fnv1a64(&low)));
+    assert_eq!(queue.len(), 1, "only ns/a is queued");
 }

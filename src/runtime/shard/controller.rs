@@ -44,6 +44,18 @@ impl Sharding {
         }
     }
 
+    /// Sharding for keys hashed by `hash`, in tests without a cache.
+    #[cfg(test)]
+    pub(crate) fn from_fn(
+        shard: Shard,
+        hash: impl Fn(&str) -> Option<u64> + Send + Sync + 'static,
+    ) -> Sharding {
+        Sharding {
+            shard,
+            hash: Arc::new(hash),
+        }
+    }
+
     /// This replica's identity.
     pub(crate) fn identity(&self) -> &str {
         self.shard.identity()
@@ -53,6 +65,29 @@ impl Sharding {
     /// holds now (or is not cached).
     pub(crate) fn admit(&self, key: &str) -> Option<Permit> {
         self.shard.admit((self.hash)(key)?)
+    }
+
+    /// A permit for a key whose shard hash is `hash` (a deleted object's, from its last
+    /// state), or `None` if this replica does not hold its range now.
+    pub(crate) fn admit_hash(&self, hash: u64) -> Option<Permit> {
+        self.shard.admit(hash)
+    }
+
+    /// The shard hash of `raw`, an object of the controller's own kind.
+    pub(crate) fn hash<K: Send + Sync + 'static>(&self, raw: &Raw<K>) -> Option<u64> {
+        hash_of(self.shard.key(), raw)
+    }
+
+    /// Whether `hash` falls in the ranges this replica has active now (what its caches
+    /// keep).
+    pub(crate) fn holds(&self, hash: u64) -> bool {
+        self.shard.holds(hash)
+    }
+
+    /// Whether the primary object `key` names is cached and in this replica's active
+    /// ranges: a key that is not could not be admitted, so a watch need not queue it.
+    pub(crate) fn may_admit(&self, key: &str) -> bool {
+        (self.hash)(key).is_some_and(|hash| self.holds(hash))
     }
 
     /// Queues, with `enqueue`, every cached object of `store` in the ranges this replica

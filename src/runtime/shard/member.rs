@@ -169,6 +169,28 @@ impl fmt::Debug for Permit {
     }
 }
 
+impl Permit {
+    /// Completes once this replica can no longer prove it holds the permit's range: its
+    /// renew deadline (the fence) has passed without a renewal since. A reconcile still
+    /// running then must be dropped: from `lease_duration - renew_deadline` later another
+    /// member may start on its key. Never completes while renewals keep succeeding.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads the fence and sleeps.
+    pub async fn revoked(&self) {
+        loop {
+            // The fence only moves later (each successful write), so sleeping until the
+            // fence read now and reading it again on waking is enough.
+            let fence = self.shard.state.lock().fence;
+            match fence {
+                Some(fence) if Instant::now() < fence => tokio::time::sleep_until(fence).await,
+                _ => return,
+            }
+        }
+    }
+}
+
 impl Drop for Permit {
     fn drop(&mut self) {
         let mut state = self.shard.state.lock();
@@ -306,6 +328,12 @@ impl Shard {
         self.inner.holding.subscribe()
     }
 
+    /// Whether `hash` falls in the active ranges now (as [`holding`](Self::holding) last
+    /// announced them: what the sharded caches keep).
+    pub(crate) fn holds(&self, hash: u64) -> bool {
+        self.inner.holding.borrow().ranges.contains(hash)
+    }
+
     /// The live members as this replica last observed them, sorted by identity: each with
     /// the ranges its Lease says it holds (this replica's own: the ranges it publishes).
     pub fn members(&self) -> Vec<MemberView> {
@@ -389,7 +417,8 @@ impl Shard {
         self.leave().await;
     }
 
-    /// Stops admitting, waits for the keys in flight, and deletes the Lease.
+    /// Stops admitting, waits for the keys in flight, and deletes the Lease; if a key is
+    /// still in flight after `renew_deadline`, leaves the Lease to expire instead.
     async fn leave(&self) {
         let inner = &self.inner;
         self.set_active(Ranges::none());
@@ -402,7 +431,19 @@ impl Shard {
                 notified.await;
             }
         };
-        let _ = tokio::time::timeout(inner.config.renew_deadline, drained).await;
+        // The fence passes within `renew_deadline` (no write happens from now on), and
+        // every permit is revoked then; a reconcile that does not let go (it blocks
+        // outside an `.await`) keeps the Lease, which others wait out.
+        if tokio::time::timeout(inner.config.renew_deadline, drained)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                replica = %inner.config.identity,
+                "keys still in flight after the renew deadline; leaving the shard lease to expire"
+            );
+            return;
+        }
         let name = inner.config.lease_name();
         match self.request(inner.registry.delete(&name)).await {
             Ok(()) => tracing::info!(replica = %inner.config.identity, "left the shard set"),
@@ -713,6 +754,58 @@ fn jittered(period: Duration) -> Duration {
     hasher.write_u64(0);
     let fraction = (hasher.finish() % 1000) as f64 / 1000.0;
     period.mul_f64(1.0 + 0.2 * fraction)
+}
+
+// === for the controller's tests ===
+
+#[cfg(test)]
+impl Shard {
+    /// A member that has `active` (published and active) with its fence at `fence`, and
+    /// no reachable Lease: nothing moves unless a test moves it.
+    pub(crate) fn fixed(identity: &str, active: Ranges, fence: Instant) -> Shard {
+        let config = ShardConfig::new("set", "ns", identity);
+        let shard = Shard::with_registry(Box::new(Offline), config).unwrap();
+        {
+            let mut state = shard.inner.state.lock();
+            state.published = active.clone();
+            state.fence = Some(fence);
+        }
+        shard.set_active(active);
+        shard
+    }
+
+    /// Moves the fence, as a successful renewal would.
+    pub(crate) fn set_fence(&self, fence: Instant) {
+        self.inner.state.lock().fence = Some(fence);
+    }
+
+    /// How many keys are in flight (permits alive).
+    pub(crate) fn in_flight(&self) -> usize {
+        self.inner.state.lock().inflight.values().sum()
+    }
+}
+
+/// A registry that answers nothing.
+#[cfg(test)]
+struct Offline;
+
+#[cfg(test)]
+impl Registry for Offline {
+    fn list(&self) -> BoxFuture<'_, client::Result<Vec<Lease>>> {
+        Box::pin(std::future::pending())
+    }
+    fn get<'a>(&'a self, _: &'a str) -> BoxFuture<'a, client::Result<Option<Lease>>> {
+        Box::pin(std::future::pending())
+    }
+    fn create(&self, _: Lease) -> BoxFuture<'_, client::Result<Lease>> {
+        Box::pin(std::future::pending())
+    }
+    fn replace(&self, _: Lease) -> BoxFuture<'_, client::Result<Lease>> {
+        Box::pin(std::future::pending())
+    }
+    fn delete<'a>(&'a self, _: &'a str) -> BoxFuture<'a, client::Result<()>> {
+        Box::pin(std::future::pending())
+    }
 }
 
 // === lease I/O ===

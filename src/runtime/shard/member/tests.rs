@@ -276,6 +276,59 @@ impl fmt::Debug for Member {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_key_in_flight_on_a_member_cut_off_is_revoked_before_another_member_admits_it() {
+    let leases = Arc::new(Leases::default());
+    let a = start(&leases, "a");
+    let b = start(&leases, "b");
+    settle(&[&a, &b], Duration::from_secs(60)).await;
+    // A key of a's half (a sorts first: the lower half).
+    let hash = 1;
+    let permit = a.shard.admit(hash).expect("a holds the lower half");
+    // A reconcile that never ends by itself: it lets go only when its permit is revoked.
+    let released = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let released = released.clone();
+        tokio::spawn(async move {
+            permit.revoked().await;
+            released.store(true, Ordering::SeqCst);
+            drop(permit);
+        })
+    };
+    run_checked(&[&a, &b], Duration::from_secs(5)).await;
+    assert!(!released.load(Ordering::SeqCst), "renewals keep it held");
+
+    a.cut.store(true, Ordering::SeqCst);
+    let mut waited = Duration::ZERO;
+    while !admitting(&b.shard).contains(hash) {
+        assert!(waited < Duration::from_secs(60), "b never took a's half");
+        run_checked(&[&a, &b], Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    assert!(
+        released.load(Ordering::SeqCst),
+        "b admits the key while a's reconcile of it still runs"
+    );
+    assert_eq!(a.shard.in_flight(), 0);
+    holder.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_leaving_with_a_key_still_in_flight_leaves_its_lease_to_expire() {
+    let leases = Arc::new(Leases::default());
+    let mut a = start(&leases, "a");
+    settle(&[&a], Duration::from_secs(30)).await;
+    // Held past the renew deadline: a reconcile that cannot be dropped.
+    let permit = a.shard.admit(1).unwrap();
+    let _ = a.stop.take().unwrap().send(());
+    (&mut a.task).await.unwrap();
+    assert!(
+        leases.items.lock().contains_key("set-shard-a"),
+        "the Lease is not deleted under a running key"
+    );
+    drop(permit);
+}
+
+#[tokio::test(start_paused = true)]
 async fn members_split_the_space_and_hand_ranges_over_without_overlap() {
     let leases = Arc::new(Leases::default());
     let a = start(&leases, "a");
