@@ -48,7 +48,9 @@
 //! has not succeeded when the process stops, is not seen again (hold a finalizer where
 //! that matters), and a replica that comes to lead runs the `on_delete`s of the deletes it
 //! saw while standing by, which the last leader may have run already: make `on_delete`
-//! idempotent.
+//! idempotent. With [sharding](super::shard#deleted-objects-on_delete), `on_delete` runs
+//! only on the replica that holds the deleted object's hash, and a delete of a range given
+//! up before its turn is dropped there.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -1558,7 +1560,8 @@ where
             if matches!(outcome, Err(Failure::Revoked)) {
                 span.in_scope(|| {
                     tracing::warn!(
-                        "shard reconcile aborted: this replica's renew deadline passed, so it can no longer prove it holds the key's range"
+                        reason = "the renew deadline passed: this replica can no longer prove it holds the key's range",
+                        "shard reconcile aborted"
                     )
                 });
             }

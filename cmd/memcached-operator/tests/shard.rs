@@ -11,6 +11,12 @@
 //! - the audit: no key has reconcile intervals in two replicas that overlap in time (a
 //!   killed replica's last reconcile counts as running until it was seen dead).
 //!
+//! A second test cuts one of two replicas off the API server (a fault proxy drops every
+//! byte) while it reconciles a key slowly (each reconcile first waits 10 s on an "outside
+//! service"): the cut replica drops that reconcile at its renew deadline (`shard reconcile
+//! aborted`), before the other takes its ranges over and reconciles the key; the audit
+//! finds no overlap, and the cut replica rejoins once the connection is back.
+//!
 //! `benches/bench-shard.py` (`make bench-shard`) runs the long version with throughput.
 
 #[path = "../../../tests/support/mod.rs"]
@@ -22,13 +28,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{converged, micros, now_micros, setup, spec, start_operator, teardown, written};
-use controller_runtime::client::{Api, ListParams, PostParams};
+use common::{
+    converged, micros, now_micros, secs, setup, spec, start_operator_env, teardown, written,
+};
+use controller_runtime::client::{Api, ListParams, Patch, PatchParams, PostParams};
 use controller_runtime::runtime::shard::{Ranges, assign, fnv1a64};
 use k8s_openapi::api::apps::v1::Deployment;
 use memcached_operator::api::Memcached;
+use memcached_operator::reconcile::OUTSIDE_SERVICE_DELAY_ENV;
 use serde_json::Value;
 use support::cluster;
+use support::fault_proxy::{FaultProxy, FaultRates};
 use support::{CONVERGE, wait_until};
 
 const LEASE: Duration = Duration::from_secs(4);
@@ -49,6 +59,17 @@ struct Replica {
 
 impl Replica {
     async fn start(ns: &str, dir: &Path, identity: &str) -> Replica {
+        Replica::start_with(ns, dir, identity, &cluster::kubeconfig(), &[]).await
+    }
+
+    /// A replica talking through `kubeconfig`, with `env` set.
+    async fn start_with(
+        ns: &str,
+        dir: &Path,
+        identity: &str,
+        kubeconfig: &Path,
+        env: &[(&str, &str)],
+    ) -> Replica {
         let log = dir.join(format!("{identity}.log"));
         let args = [
             "--shard",
@@ -60,7 +81,7 @@ impl Replica {
             &format!("--leader-elect-renew-deadline={}s", RENEW.as_secs()),
             &format!("--leader-elect-retry-period={}s", RETRY.as_secs()),
         ];
-        let child = start_operator(&cluster::kubeconfig(), ns, &log, "info", &args).await;
+        let child = start_operator_env(kubeconfig, ns, &log, "info", &args, env).await;
         Replica {
             identity: identity.to_owned(),
             child,
@@ -99,6 +120,8 @@ struct Audit {
     active: Vec<(i64, Ranges)>,
     /// The sizes its cache of Memcacheds reported, in order.
     cached: Vec<usize>,
+    /// Reconciles dropped at the renew deadline: when, and the key.
+    aborted: Vec<(i64, String)>,
 }
 
 impl Audit {
@@ -143,6 +166,15 @@ impl Audit {
                             term,
                         },
                     );
+                }
+                "shard reconcile aborted" => {
+                    let span = span.expect("an abort logs in its reconcile span");
+                    let key = format!(
+                        "{}/{}",
+                        span["namespace"].as_str().unwrap(),
+                        span["object"].as_str().unwrap()
+                    );
+                    audit.aborted.push((at, key));
                 }
                 "shard reconcile ended" => {
                     let id = span.and_then(|s| s["reconcile_id"].as_str()).unwrap();
@@ -358,6 +390,171 @@ async fn sharded_replicas_split_the_keys_hand_over_and_never_reconcile_one_key_t
 
     common::release_all(&memcacheds, names.iter().map(String::as_str)).await;
     for replica in &mut replicas {
+        let _ = replica.child.start_kill();
+    }
+    teardown(&client, &ns, &dir).await;
+}
+
+/// The keys reconciled by two of `replicas` at once, each with the two replicas and terms.
+fn overlaps(replicas: &[(&str, &Audit)]) -> Vec<String> {
+    let mut by_key: BTreeMap<&str, Vec<(&str, &Interval)>> = BTreeMap::new();
+    for (identity, audit) in replicas {
+        for interval in &audit.reconciles {
+            by_key
+                .entry(&interval.key)
+                .or_default()
+                .push((identity, interval));
+        }
+    }
+    let mut found = Vec::new();
+    for (key, intervals) in &by_key {
+        for (n, (i, a)) in intervals.iter().enumerate() {
+            for (j, b) in &intervals[n + 1..] {
+                if i != j && a.start < b.end && b.start < a.end {
+                    found.push(format!(
+                        "{key}: {i} term {} and {j} term {}",
+                        a.term, b.term
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// How long each reconcile of the cut test waits first: longer than the lease, so that a
+/// reconcile the cut replica did not drop would still run when the other replica starts
+/// on its key.
+const SLOW: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn a_replica_cut_off_drops_its_running_reconcile_before_another_takes_the_key() {
+    let (client, ns, dir) = setup("shard-cut").await;
+    let memcacheds = Api::<Memcached>::namespaced(client.clone(), &ns);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
+    let names: BTreeSet<String> = (0..12).map(|i| format!("slow-{i:02}")).collect();
+    create_many(&memcacheds, names.iter().cloned()).await;
+
+    let (proxy, _) = FaultProxy::to_cluster(FaultRates::moderate()).await;
+    proxy.set_faults(false);
+    let delay = SLOW.as_millis().to_string();
+    let env = [(OUTSIDE_SERVICE_DELAY_ENV, delay.as_str())];
+    let identities = ["shard-cut-r0", "shard-cut-r1"];
+    let through_proxy = proxy.kubeconfig_in(&dir);
+    let mut cut = Replica::start_with(&ns, &dir, identities[0], &through_proxy, &env).await;
+    let direct = cluster::kubeconfig();
+    let mut other = Replica::start_with(&ns, &dir, identities[1], &direct, &env).await;
+    all_converge(&memcacheds, &deployments, &names).await;
+    let split = assign(&identities);
+    for (replica, (_, ranges)) in [&cut, &other].into_iter().zip(&split) {
+        wait_until("each replica holds its split", CONVERGE, async || {
+            let last = replica.audit().active.last().map(|(_, r)| r.clone());
+            (last.as_ref() == Some(ranges))
+                .then_some(())
+                .ok_or(format!("{}: {last:?}", replica.identity))
+        })
+        .await;
+    }
+
+    // A change to a Memcached of the cut replica's ranges; the cut comes as soon as the
+    // cut replica has started on it (its reconcile then waits SLOW).
+    let listed = memcacheds.list(&ListParams::default()).await.unwrap();
+    let victim = listed
+        .items
+        .iter()
+        .find(|m| {
+            split[0]
+                .1
+                .contains(fnv1a64(m.metadata.uid.as_deref().unwrap()))
+        })
+        .and_then(|m| m.metadata.name.clone())
+        .expect("a Memcached in the cut replica's ranges");
+    let key = format!("{ns}/{victim}");
+    let edited_at = now_micros();
+    memcacheds
+        .patch(
+            &victim,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"size": 1}})),
+        )
+        .await
+        .unwrap();
+    wait_until(
+        "the cut replica starts on the change",
+        CONVERGE,
+        async || {
+            let audit = cut.audit();
+            let started = audit
+                .reconciles
+                .iter()
+                .any(|i| i.key == key && i.start >= edited_at);
+            started.then_some(()).ok_or("not yet".to_owned())
+        },
+    )
+    .await;
+    let cut_at = now_micros();
+    proxy.set_cut(true);
+    println!("cut {} while it reconciles {key}", identities[0]);
+
+    // The other replica takes the key over and converges the change.
+    all_converge(&memcacheds, &deployments, &names).await;
+    let (a, b) = (cut.audit(), other.audit());
+    let aborted = a
+        .aborted
+        .iter()
+        .find(|(at, k)| *k == key && *at >= cut_at)
+        .map(|(at, _)| *at)
+        .expect("the cut replica aborted its reconcile of the key");
+    let taken = b
+        .reconciles
+        .iter()
+        .filter(|i| i.key == key && i.start >= cut_at)
+        .map(|i| i.start)
+        .min()
+        .expect("the other replica reconciled the key after the cut");
+    assert!(aborted < taken, "aborted after the other replica started");
+    let found = overlaps(&[(identities[0], &a), (identities[1], &b)]);
+    assert!(
+        found.is_empty(),
+        "one key in two replicas at once: {found:#?}"
+    );
+    println!(
+        "cut → aborted {:.2} s, cut → other replica starts the key {:.2} s (reconciles wait {SLOW:?}, lease {LEASE:?}, renew deadline {RENEW:?})",
+        secs(aborted - cut_at),
+        secs(taken - cut_at)
+    );
+
+    // Back, the cut replica rejoins and holds its split again.
+    let healed_at = now_micros();
+    proxy.set_cut(false);
+    wait_until(
+        "the cut replica holds its split again",
+        CONVERGE,
+        async || {
+            let audit = cut.audit();
+            let last = audit.active.last().filter(|(at, _)| *at >= healed_at);
+            (last.map(|(_, r)| r) == Some(&split[0].1))
+                .then_some(())
+                .ok_or(format!("{last:?}"))
+        },
+    )
+    .await;
+    assert!(
+        cut.child.try_wait().unwrap().is_none(),
+        "the cut replica exited"
+    );
+    let found = overlaps(&[
+        (identities[0], &cut.audit()),
+        (identities[1], &other.audit()),
+    ]);
+    assert!(
+        found.is_empty(),
+        "one key in two replicas at once: {found:#?}"
+    );
+
+    common::release_all(&memcacheds, names.iter().map(String::as_str)).await;
+    for replica in [&mut cut, &mut other] {
         let _ = replica.child.start_kill();
     }
     teardown(&client, &ns, &dir).await;

@@ -14,6 +14,9 @@
 //!   namespace key, an owned object shares its owner's namespace and the server's selector
 //!   applies to it as well.
 //!
+//! * A watched kind (`watches`) is not filtered: its objects name their primaries only
+//!   through the user's mapping (see [Watched kinds](super#watched-kinds-watches)).
+//!
 //! When the replica's active ranges change, the filter's generation moves: each informer's
 //! watch ends and its reflector lists again with the new ranges, so objects of a range
 //! just acquired arrive (as additions) and those of a range given up leave the cache.

@@ -13,6 +13,7 @@
 //!   owned kinds by their controller owner's uid; a move of the ranges relists.
 //! * [`controller`] — the worker's side: a key's hash from the cached primary object, the
 //!   gate, the keys of newly acquired ranges queued again, the cache's size logged.
+//!   The workers drop a reconcile (or an `on_delete`) whose [`Permit`] is revoked.
 //!
 //! # Opting in
 //!
@@ -34,9 +35,10 @@
 //! # }
 //! ```
 //!
-//! Each reconcile of a sharded controller logs `shard reconcile started` and `shard
-//! reconcile ended` (info) in its `reconcile` span, which carries `replica`, `range` (the
-//! held range the key falls in) and `term`; `shard ranges active` logs each change of a
+//! Each reconcile (and `on_delete`) of a sharded controller logs `shard reconcile started`
+//! and `shard reconcile ended` (info) in its `reconcile` span, which carries `replica`,
+//! `range` (the held range the key falls in) and `term`; one dropped at the fence logs
+//! `shard reconcile aborted` (warn) before it ends. `shard ranges active` logs each change of a
 //! replica's active ranges. That is what the cluster test's and `make bench-shard`'s audits
 //! read. A relist after a move of the ranges hands every cached object over again
 //! unchanged; a sharded controller does not queue those (unless a resync period is set),
@@ -109,8 +111,9 @@
 //! 3. **Claim.** Assigned ranges that no live member publishes are published; they become
 //!    active at a later round, once step 1 verified them.
 //! 4. **Fence.** [`Shard::admit`] refuses everything once `renew_deadline` (10 s) has
-//!    passed since the last successful write *began*; the next write after that publishes
-//!    nothing, so the member starts over.
+//!    passed since the last successful write *began*, and the permits in flight are
+//!    revoked then; the next write after that publishes nothing, so the member starts
+//!    over.
 //!
 //! On shutdown a member stops admitting, waits for its keys in flight (at most
 //! `renew_deadline`) and deletes its Lease, so the others claim its ranges at once.
@@ -136,10 +139,49 @@
 //!   cannot revive a Lease the others already treat as gone. This assumes the two clocks
 //!   run at about the same *rate*, never that they agree.
 //!
-//! What the argument does not cover: a reconcile admitted before the fence and still
-//! running after it. Such a reconcile has `lease_duration - renew_deadline` (5 s) before
-//! another member may start on its key; a controller whose reconciles can outlast that
-//! should set a [`reconcile_timeout`](super::Controller::reconcile_timeout) below it.
+//! * **A key still running at the fence.** A reconcile admitted before the fence may
+//!   still run after it, and the member cannot unpublish anything while cut off. So each
+//!   [`Permit`] is [revoked](Permit::revoked) at the fence (unless a renewal moved it), and
+//!   the worker drops the reconcile's future then, logs `shard reconcile aborted` (warn)
+//!   and `shard reconcile ended`, and retries the key with backoff, which the gate refuses
+//!   unless the range is held again by then. That happens `lease_duration -
+//!   renew_deadline` (5 s) before any other member may start on the key. Dropping a
+//!   future stops it at its next `.await`: a reconcile that blocks a thread cannot be
+//!   stopped (reconciles must not block), and work it handed to tasks of its own is not
+//!   stopped either. On leaving, a member whose keys are still in flight after
+//!   `renew_deadline` keeps its Lease (the others wait it out) rather than delete it.
+//!
+//! # Deleted objects (`on_delete`)
+//!
+//! A sharded controller's [`on_delete`](super::Controller::on_delete) runs on the replica
+//! whose active ranges hold the deleted object's hash (from its last state), under a
+//! [`Permit`] of that hash like a reconcile: the range is not given up while it runs, and
+//! it is dropped at the fence.
+//!
+//! * A delete is kept only when its object's hash is in the active ranges as the delete
+//!   arrives. This also discards what a relist drops from the cache after a range was
+//!   given up: those objects were not deleted, they left this replica's shard.
+//! * When its turn comes, a kept delete whose range this replica no longer holds (being
+//!   given up, or lost at the fence) is dropped, logged, and not run here: the range's
+//!   new owner runs it if its cache held the object when it was deleted. A delete that
+//!   falls between the old owner closing the range and the new owner's cache listing it
+//!   runs nowhere, like a delete while no replica runs: hold a
+//!   [finalizer](super::finalizer) where a delete must never be missed.
+//!
+//! # Watched kinds (`watches`)
+//!
+//! A kind wired with [`watches`](super::Controller::watches) maps its objects to primary
+//! keys through the user's function, so nothing in a watched object says which shard it
+//! concerns: one object may name primaries of every range, and a name's uid (hence its
+//! hash) is known only once that primary is cached. Its cache is therefore **not
+//! filtered**: every replica caches every object of a watched kind (its memory does not
+//! shrink with the number of replicas; prefer [`owns`](super::Controller::owns) where an
+//! owner reference exists, or the namespace key). Filtering it by "maps to a primary in my
+//! ranges" would tie the watched cache to the primary cache and to the function's answer
+//! at the time, and lose objects that come to matter later (a primary created after the
+//! watched object). What is filtered is the keys: a mapped key whose primary object is not
+//! cached in the active ranges is not queued, and the worker's gate refuses any that
+//! slips through (its primary is hashed from the cache at admission).
 
 pub mod cache;
 pub mod controller;

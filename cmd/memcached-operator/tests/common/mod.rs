@@ -48,6 +48,18 @@ pub async fn start_operator(
     rust_log: &str,
     args: &[&str],
 ) -> tokio::process::Child {
+    start_operator_env(kubeconfig, ns, log, rust_log, args, &[]).await
+}
+
+/// As [`start_operator`], with the environment variables `env` set for the operator.
+pub async fn start_operator_env(
+    kubeconfig: &Path,
+    ns: &str,
+    log: &Path,
+    rust_log: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> tokio::process::Child {
     let probes = support::free_port();
     // Metrics off, unless `args` serve them.
     let metrics = !args.iter().any(|a| a.starts_with("--metrics-bind-address"));
@@ -63,6 +75,7 @@ pub async fn start_operator(
         .args(metrics.then_some("--metrics-bind-address=0"))
         .args(args)
         .env("RUST_LOG", rust_log)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())
         .kill_on_drop(true)
