@@ -173,7 +173,7 @@ use super::predicate::{self, Event, Predicate};
 use super::rbac::{self, Rule};
 use super::shard::cache::{By, ShardFilter};
 use super::shard::controller::Sharding;
-use super::shard::member::Permit;
+use super::shard::member::{Permit, Refused};
 use crate::client::Raw;
 
 // === Action and ReconcileError ===
@@ -1367,14 +1367,18 @@ where
                 // its on_delete; a state of a range given up since the delete is dropped.
                 let permit = match &self.sharding {
                     None => None,
-                    Some(sharding) => match grave.hash.and_then(|h| sharding.admit_hash(h)) {
-                        Some(permit) => Some(permit),
-                        None => {
-                            tracing::info!(controller = %self.name, %key, "deleted object no longer in this replica's shard ranges; on_delete is not called for it");
-                            pop_grave(graves, key);
-                            continue;
+                    Some(sharding) => {
+                        let hash = grave.hash.ok_or(Refused::NotHeld);
+                        match hash.and_then(|h| sharding.admit_hash(h)) {
+                            Ok(permit) => Some(permit),
+                            Err(Refused::NotHeld) => {
+                                tracing::info!(controller = %self.name, %key, "deleted object no longer in this replica's shard ranges; on_delete is not called for it");
+                                pop_grave(graves, key);
+                                continue;
+                            }
+                            Err(Refused::Fenced) => return self.fenced(key, priority),
                         }
-                    },
+                    }
                 };
                 let work = on_delete(grave.last);
                 return self.delete(key, priority, stop, work, graves, permit).await;
@@ -1404,12 +1408,13 @@ where
         let permit = match &self.sharding {
             None => None,
             Some(sharding) => match sharding.admit(key) {
-                Some(permit) => Some(permit),
-                None => {
+                Ok(permit) => Some(permit),
+                Err(Refused::NotHeld) => {
                     tracing::debug!(controller = %self.name, %key, "not in this replica's shard ranges; skipped");
                     self.queue.forget(key);
                     return;
                 }
+                Err(Refused::Fenced) => return self.fenced(key, priority),
             },
         };
         let work = (self.reconcile)(object, self.context.clone());
@@ -1448,6 +1453,16 @@ where
             Err(failure) => self.failed(key, failure, requeue_at),
         };
         self.finish(key, result, elapsed);
+    }
+
+    /// A key of an active range refused because the renew deadline passed: queued again
+    /// with backoff, since a renewal may yet succeed without the ranges changing (and so
+    /// without the keys of the ranges being queued again). If the member drops its ranges
+    /// instead, the retry finds the key not held and forgets it.
+    fn fenced(&self, key: &Key, priority: i32) {
+        tracing::debug!(controller = %self.name, %key, "shard renew deadline passed; retrying with backoff");
+        let retry = AddOpts::new().priority(priority).rate_limited();
+        self.queue.add_with(key.clone(), retry);
     }
 
     /// Runs `on_delete` for the oldest deleted state of `key`; once it is done with (it

@@ -1024,12 +1024,39 @@ async fn a_sharded_on_delete_holds_its_range_and_is_dropped_at_the_renew_deadlin
         script.dropped.load(Ordering::SeqCst) == 1 && shard.in_flight() == 0
     })
     .await;
-    // Its retry finds the range no longer held: the state is dropped, not run again.
-    wait_for("the state dropped", Duration::from_secs(60), || {
+    // Its state is kept and retried with backoff, refused while the fence stands...
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(script.count("ns/low-a#1"), 1);
+    assert_eq!(kept.lock().len(), 1, "the state is kept");
+    // ...and run again once a renewal moves the fence with the range still held.
+    shard.set_fence(tokio::time::Instant::now() + Duration::from_secs(3600));
+    wait_for("the on_delete run again", Duration::from_secs(60), || {
         kept.lock().is_empty()
     })
     .await;
-    assert_eq!(script.count("ns/low-a#1"), 1);
+    assert_eq!(script.count("ns/low-a#1"), 2);
+    stop.send(true).unwrap();
+    run.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_refused_at_the_fence_is_retried_and_runs_once_a_renewal_moves_it() {
+    let script = Arc::new(Script::default());
+    // The renew deadline has just passed; the range is still active.
+    let shard = low_shard(Duration::ZERO);
+    let (workers, _) = shard_workers(&script, &shard);
+    let queue = workers.queue.clone();
+    queue.add("ns/low-a".into());
+    let (stop, stopping) = watch::channel(false);
+    let run = tokio::spawn(workers.run(stopping));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(script.count("ns/low-a"), 0, "nothing runs past the fence");
+    assert!(queue.num_requeues(&Key::from("ns/low-a")) > 0, "retried");
+    shard.set_fence(tokio::time::Instant::now() + Duration::from_secs(3600));
+    wait_for("the key reconciled", Duration::from_secs(60), || {
+        script.count("ns/low-a") == 1
+    })
+    .await;
     stop.send(true).unwrap();
     run.await.unwrap();
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use informer::Key;
 
-use super::member::{Permit, Shard};
+use super::member::{Permit, Refused, Shard};
 use super::ranges::{Ranges, ShardKey, fnv1a64};
 use crate::client::Raw;
 use crate::runtime::cache::{CachedKind, Store};
@@ -61,16 +61,17 @@ impl Sharding {
         self.shard.identity()
     }
 
-    /// A permit to reconcile `key`, or `None` if its object is not in a range this replica
-    /// holds now (or is not cached).
-    pub(crate) fn admit(&self, key: &str) -> Option<Permit> {
-        self.shard.admit((self.hash)(key)?)
+    /// A permit to reconcile `key`, or why not: its object is not in a range this replica
+    /// holds now (or is not cached), or the renew deadline has passed.
+    pub(crate) fn admit(&self, key: &str) -> Result<Permit, Refused> {
+        self.shard
+            .try_admit((self.hash)(key).ok_or(Refused::NotHeld)?)
     }
 
     /// A permit for a key whose shard hash is `hash` (a deleted object's, from its last
-    /// state), or `None` if this replica does not hold its range now.
-    pub(crate) fn admit_hash(&self, hash: u64) -> Option<Permit> {
-        self.shard.admit(hash)
+    /// state), or why not.
+    pub(crate) fn admit_hash(&self, hash: u64) -> Result<Permit, Refused> {
+        self.shard.try_admit(hash)
     }
 
     /// The shard hash of `raw`, an object of the controller's own kind.

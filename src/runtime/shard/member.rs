@@ -150,6 +150,16 @@ pub struct MemberView {
     pub this: bool,
 }
 
+/// Why [`Shard::try_admit`] refused a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// No active range holds the key: another replica's (or nobody's yet).
+    NotHeld,
+    /// An active range holds it, but the renew deadline passed without a renewal: nothing
+    /// is admitted until one succeeds (or the member drops its ranges).
+    Fenced,
+}
+
 /// A permit to reconcile one key of a held range; the range stays held until it drops.
 pub struct Permit {
     shard: Arc<Inner>,
@@ -368,15 +378,31 @@ impl Shard {
     /// range now and its renew deadline has not passed; keep it until the reconcile ends.
     /// A range is not given up while a permit in it lives.
     pub fn admit(&self, hash: u64) -> Option<Permit> {
+        self.try_admit(hash).ok()
+    }
+
+    /// As [`admit`](Self::admit), saying why a key is refused.
+    ///
+    /// # Errors
+    ///
+    /// [`Refused::NotHeld`] if no active range holds `hash`; [`Refused::Fenced`] if one
+    /// does but the renew deadline has passed since the last renewal (the key may be this
+    /// replica's again once a renewal succeeds, so it is worth retrying).
+    pub fn try_admit(&self, hash: u64) -> Result<Permit, Refused> {
         let mut state = self.inner.state.lock();
+        let range = *state
+            .active
+            .ranges()
+            .iter()
+            .find(|r| r.contains(hash))
+            .ok_or(Refused::NotHeld)?;
         if state.fence.is_none_or(|fence| Instant::now() >= fence) {
-            return None;
+            return Err(Refused::Fenced);
         }
-        let range = *state.active.ranges().iter().find(|r| r.contains(hash))?;
         *state.inflight.entry(hash).or_default() += 1;
         let term = state.term;
         drop(state);
-        Some(Permit {
+        Ok(Permit {
             shard: self.inner.clone(),
             hash,
             range,

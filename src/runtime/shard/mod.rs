@@ -188,5 +188,5 @@ pub mod controller;
 pub mod member;
 pub mod ranges;
 
-pub use member::{Holding, MemberView, Permit, Shard, ShardConfig};
+pub use member::{Holding, MemberView, Permit, Refused, Shard, ShardConfig};
 pub use ranges::{HashRange, Ranges, ShardKey, assign, fnv1a64};
