@@ -113,7 +113,9 @@
 //! 4. **Fence.** [`Shard::admit`] refuses everything once `renew_deadline` (10 s) has
 //!    passed since the last successful write *began*, and the permits in flight are
 //!    revoked then; the next write after that publishes nothing, so the member starts
-//!    over.
+//!    over. A key of an active range refused at the fence is queued again with backoff
+//!    ([`Refused::Fenced`]): a renewal that began before the fence may still succeed and
+//!    keep the ranges as they were.
 //!
 //! On shutdown a member stops admitting, waits for its keys in flight (at most
 //! `renew_deadline`) and deletes its Lease, so the others claim its ranges at once.
