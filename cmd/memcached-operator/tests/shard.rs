@@ -2,9 +2,9 @@
 //! hundred Memcacheds of size 0 (so that the cluster's own controllers have no Pods to
 //! make). The test proves, from the cluster and from the operators' JSON logs:
 //!
-//! - every Memcached converges; each replica settles on the ranges the assignment from the
-//!   sorted identities gives it, its cache holds exactly the Memcacheds whose uid hashes
-//!   into them, and it reconciles only keys of its active ranges;
+//! - every Memcached converges; each replica settles on the ranges `assign` gives it among
+//!   the identities, its cache holds exactly the Memcacheds whose uid hashes into them, and
+//!   it reconciles only keys of its active ranges;
 //! - after one replica is killed with SIGKILL and another one added, the ranges are taken
 //!   over (the survivors' and the newcomer's active ranges cover the hash space again) and
 //!   every Memcached, old and new, converges again;

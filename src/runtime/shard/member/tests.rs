@@ -347,8 +347,9 @@ async fn a_range_is_not_given_up_while_a_key_in_it_runs() {
     let leases = Arc::new(Leases::default());
     let a = start(&leases, "a");
     settle(&[&a], Duration::from_secs(30)).await;
-    // A key in what will be b's half (b sorts after a: the upper half).
-    let hash = u64::MAX - 1;
+    // A key in what will be b's share.
+    let theirs = assign(&["a", "b"]).swap_remove(1).1;
+    let hash = u64::try_from(theirs.ranges()[0].start()).unwrap();
     let permit = a.shard.admit(hash).expect("a holds everything");
     assert_eq!(permit.range, HashRange::ALL);
 
