@@ -587,7 +587,7 @@ mod tests {
             let set = self.next();
             let mut out = std::collections::BTreeSet::new();
             while out.len() < n {
-                let name = if set % 2 == 0 {
+                let name = if set.is_multiple_of(2) {
                     format!("operator-{}", out.len())
                 } else {
                     format!("operator-{:x}-{:05x}", set & 0xffff, self.next() & 0xfffff)
