@@ -122,8 +122,11 @@
 //! 3. **Claim.** Assigned ranges that no live member publishes are published; they become
 //!    active at a later round, once step 1 verified them.
 //! 4. **Fence.** [`Shard::admit`] refuses everything once `renew_deadline` (10 s) has
-//!    passed since the last successful write *began*; the next write after that publishes
-//!    nothing, so the member starts over.
+//!    passed since the last successful write *began*, and its first refusal drops the
+//!    active ranges: a write under way may still succeed, and the ranges then come back
+//!    only as verified claims (step 1), whose keys are queued again, not silently with the
+//!    keys refused meanwhile forgotten. The next write that begins past the deadline
+//!    publishes nothing, so the member starts over.
 //!
 //! On shutdown a member stops admitting, waits for its keys in flight (at most
 //! `renew_deadline`) and deletes its Lease, so the others claim its ranges at once.
