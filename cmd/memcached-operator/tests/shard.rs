@@ -217,7 +217,7 @@ async fn sharded_replicas_split_the_keys_hand_over_and_never_reconcile_one_key_t
     }
     all_converge(&memcacheds, &deployments, &names).await;
 
-    // Each replica settled on the ranges the sorted identities give it.
+    // Each replica settled on the ranges `assign` gives it among the identities.
     let split = assign(&["shard-r0", "shard-r1", "shard-r2"]);
     for (replica, (identity, ranges)) in replicas.iter().zip(&split) {
         assert_eq!(&replica.identity, identity);
