@@ -11,9 +11,11 @@ configurations, in alternating order, each in a fresh namespace:
 * **3 replicas**: three processes with `--shard`; when a third of the resources have
   converged, one is killed with SIGKILL and a fourth is started.
 
-Every process reconciles with the same concurrency (the controller's default), and each
-reconcile first waits 50 ms, the stand-in for a call to a service outside the cluster
-(`MEMCACHED_OUTSIDE_SERVICE_DELAY_MS=50`, an operator setting that exists for this bench).
+Every process gets the same `--max-concurrent-reconciles` (`--concurrency`, default 1: one
+reconcile at a time per replica, so that what the replicas divide is the outside wait below,
+not the shared API server), and each reconcile first waits 50 ms, the stand-in for a call to
+a service outside the cluster (`MEMCACHED_OUTSIDE_SERVICE_DELAY_MS=50`, an operator setting
+that exists for this bench).
 The operators are started first; then `--resources` (default 3,000) Memcacheds of size 0 are
 created as fast as kubectl takes them (size 0: no Pods, so that the cluster's own
 controllers are not what is measured). **Converge time** runs from the first create to the
@@ -95,7 +97,7 @@ def covers_all(ranges):
 
 
 class Replica:
-    def __init__(self, binary, ns, identity, rnd, config):
+    def __init__(self, binary, ns, identity, rnd, config, concurrency):
         self.identity = identity
         self.log = os.path.join(LOG_DIR, f"round{rnd}-{config}-{identity}.log")
         self.dead = None
@@ -104,7 +106,7 @@ class Replica:
         self.proc = subprocess.Popen(
             [binary, "--kubeconfig", KUBECONFIG, "--namespace", ns, "--shard",
              "--shard-identity", identity, "--shard-namespace", ns,
-             "--metrics-bind-address=0",
+             f"--max-concurrent-reconciles={concurrency}", "--metrics-bind-address=0",
              f"--health-probe-bind-address=127.0.0.1:{free_port()}", "--log-format=json"],
             stdout=subprocess.DEVNULL, stderr=open(self.log, "w"), env=env)
 
@@ -181,10 +183,10 @@ def release(ns):
     kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-def run(binary, rnd, config, n, timeout):
+def run(binary, rnd, config, n, timeout, concurrency):
     ns = f"shard-bench-{os.getpid()}-{rnd}-{config}"
     kubectl("create", "namespace", ns)
-    replicas = [Replica(binary, ns, f"r{i}", rnd, config) for i in range(config)]
+    replicas = [Replica(binary, ns, f"r{i}", rnd, config, concurrency) for i in range(config)]
     time.sleep(5)  # caches synced, ranges settled
     start = now_us()
     create_resources(ns, n)
@@ -193,7 +195,7 @@ def run(binary, rnd, config, n, timeout):
         done = converged_count(ns)
         if config > 1 and kill_at is None and done >= n // 3:
             kill_at = replicas[1].kill()
-            replicas.append(Replica(binary, ns, f"r{config}", rnd, config))
+            replicas.append(Replica(binary, ns, f"r{config}", rnd, config, concurrency))
             log(f"  round {rnd}, {config} replicas: SIGKILL r1 at {done}/{n}, started r{config}")
         if done >= n:
             break
@@ -235,7 +237,7 @@ def run(binary, rnd, config, n, timeout):
         if r.dead is None:
             stop(r.proc)
     release(ns)
-    return {"round": rnd, "replicas": config, "converge_s": elapsed, "overlaps": overlaps,
+    return {"round": rnd, "replicas": config, "concurrency": concurrency, "converge_s": elapsed, "overlaps": overlaps,
             "takeover_s": takeover, "largest_share": max(shares) if shares else None,
             "shares": shares, "reconciles": sum(len(r[0]) for r in reads)}
 
@@ -245,7 +247,11 @@ def main():
     p.add_argument("--resources", type=int, default=3000, help="Memcacheds (default 3000)")
     p.add_argument("--profile", default="dev", help="cargo profile of the operator (dev)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds a run may take")
+    p.add_argument("--concurrency", type=int, default=1,
+                   help="--max-concurrent-reconciles of every operator process (default 1)")
     opts = harness.parse(p)
+    if opts.concurrency < 1:
+        p.error("--concurrency must be at least 1")
     os.makedirs(LOG_DIR, exist_ok=True)
     if not opts.no_build:
         log("bench-shard: building the operator")
@@ -258,8 +264,9 @@ def main():
     with open(os.path.join(OUT_DIR, "rounds.jsonl"), "a") as record:
         for rnd in range(1, opts.rounds + 1):
             for config in harness.alternated([1, 3], rnd):
-                log(f"bench-shard: round {rnd}, {config} replica(s), {opts.resources} resources")
-                result = run(binary, rnd, config, opts.resources, opts.timeout)
+                log(f"bench-shard: round {rnd}, {config} replica(s), {opts.resources} resources, "
+                    f"concurrency {opts.concurrency} per replica")
+                result = run(binary, rnd, config, opts.resources, opts.timeout, opts.concurrency)
                 log(f"  {json.dumps(result)}")
                 record.write(json.dumps(result) + "\n")
                 results.append(result)
@@ -269,6 +276,8 @@ def main():
     share = median([r["largest_share"] for r in three if r["largest_share"] is not None] or [0])
     takeover = median([r["takeover_s"] for r in three if r["takeover_s"] is not None] or [0])
     overlaps = sum(r["overlaps"] for r in results)
+    print(f"{opts.resources} Memcacheds, {opts.rounds} round(s), --max-concurrent-reconciles "
+          f"{opts.concurrency} per replica, {DELAY_MS} ms outside wait per reconcile")
     print("| replicas | converge (s, median) | reconciles |")
     print("|---|---|---|")
     for config, t in ((1, one), (3, t3)):

@@ -339,9 +339,26 @@ impl Shard {
     /// A permit to reconcile a key whose shard hash is `hash`, if this replica holds its
     /// range now and its renew deadline has not passed; keep it until the reconcile ends.
     /// A range is not given up while a permit in it lives.
+    ///
+    /// Past the renew deadline, nothing is admitted, and the active ranges are dropped at
+    /// the first refusal: a refused key is not queued again by its controller, so the
+    /// ranges come back only the way a claim does, verified by a later round, which queues
+    /// their keys again (a write already under way when the deadline passed may still
+    /// succeed, and without this the ranges would reopen as they were, the keys refused
+    /// meanwhile forgotten).
     pub fn admit(&self, hash: u64) -> Option<Permit> {
         let mut state = self.inner.state.lock();
         if state.fence.is_none_or(|fence| Instant::now() >= fence) {
+            if !state.active.is_empty() {
+                tracing::warn!(
+                    replica = %self.inner.config.identity,
+                    "the shard lease's renew deadline passed; admitting nothing until the \
+                     ranges are verified again"
+                );
+            }
+            let changed = swap_active(&mut state, &self.inner.config.identity, Ranges::none());
+            drop(state);
+            self.announce(changed);
             return None;
         }
         let range = *state.active.ranges().iter().find(|r| r.contains(hash))?;
