@@ -210,7 +210,8 @@ bench-runtime:
 
 ## bench-operator: the Memcached operator against the same operator on controller-runtime, on the
 ## local cluster (starts it if needed; 3 alternating rounds: start, 200 size patches, 1,000
-## Memcacheds); last line `operator ours/controller-runtime: p99 X.XX, rss Y.YY, start Z.ZZ`.
+## Memcacheds of size 0 created → converged); last line
+## `operator ours/controller-runtime: p99 X.XX, rss Y.YY, start Z.ZZ, bulk W.WW`.
 ## See BENCHMARKS.md
 bench-operator:
 	python3 benches/bench-operator.py $(BENCH_ARGS)

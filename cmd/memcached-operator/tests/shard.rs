@@ -2,9 +2,9 @@
 //! hundred Memcacheds of size 0 (so that the cluster's own controllers have no Pods to
 //! make). The test proves, from the cluster and from the operators' JSON logs:
 //!
-//! - every Memcached converges; each replica settles on the ranges the assignment from the
-//!   sorted identities gives it, its cache holds exactly the Memcacheds whose uid hashes
-//!   into them, and it reconciles only keys of its active ranges;
+//! - every Memcached converges; each replica settles on the ranges `assign` gives it among
+//!   the identities, its cache holds exactly the Memcacheds whose uid hashes into them, and
+//!   it reconciles only keys of its active ranges;
 //! - after one replica is killed with SIGKILL and another one added, the ranges are taken
 //!   over (the survivors' and the newcomer's active ranges cover the hash space again) and
 //!   every Memcached, old and new, converges again;
@@ -249,7 +249,7 @@ async fn sharded_replicas_split_the_keys_hand_over_and_never_reconcile_one_key_t
     }
     all_converge(&memcacheds, &deployments, &names).await;
 
-    // Each replica settled on the ranges the sorted identities give it.
+    // Each replica settled on the ranges `assign` gives it among the identities.
     let split = assign(&["shard-r0", "shard-r1", "shard-r2"]);
     for (replica, (identity, ranges)) in replicas.iter().zip(&split) {
         assert_eq!(&replica.identity, identity);

@@ -377,6 +377,9 @@ impl Shard {
     /// A permit to reconcile a key whose shard hash is `hash`, if this replica holds its
     /// range now and its renew deadline has not passed; keep it until the reconcile ends.
     /// A range is not given up while a permit in it lives.
+    ///
+    /// Past the renew deadline nothing is admitted; see [`try_admit`](Self::try_admit) for
+    /// why a key was refused.
     pub fn admit(&self, hash: u64) -> Option<Permit> {
         self.try_admit(hash).ok()
     }

@@ -79,11 +79,24 @@
 //! # Ranges and their assignment
 //!
 //! A key's hash is [`fnv1a64`] of its object's `metadata.uid` ([`ShardKey::Uid`], the
-//! default) or `metadata.namespace` ([`ShardKey::Namespace`]). The live members' identities
-//! are sorted and the space is cut into as many contiguous, equal parts; the i-th identity
-//! gets the i-th part ([`assign`]). Every member that sees the same members computes the
-//! same split. A change of membership moves most ranges; the protocol below makes each move
-//! safe, at the price of a pause of a few retry periods on the moved ranges.
+//! default) or `metadata.namespace` ([`ShardKey::Namespace`]). The space is cut into
+//! [`BUCKETS`](ranges::BUCKETS) (128) equal buckets, and [`assign`] gives each live member
+//! `128 / n` of them or one more, so its share is within `n / 128` of `1 / n` (±10 % up
+//! to 12 members); a member's adjacent buckets merge into one range. Which buckets: each is
+//! ranked among the members by rendezvous hashing (a well-mixed hash of the identity and
+//! the bucket), and goes to its first choice unless that member got more than its quota;
+//! such a member keeps the buckets it ranks highest and sheds the rest, each to its
+//! highest-ranked member with room. Every member that sees the same members computes the
+//! same assignment.
+//!
+//! A bucket's first choice depends on nothing but the identities, so a leave moves the
+//! leaver's buckets and a join the joiner's first choices, plus the few buckets shed before
+//! or after the change. Measured over random identities, a leave of one of three members
+//! moves 35 % of the space on average (its third, and 2 % shed), a join of a third 36 %
+//! (the least possible is its third); cutting the space into contiguous parts by sorted
+//! identity, as this module did at first, moved half in both cases. The protocol below
+//! makes each move safe, at the price of a pause of a few retry periods on the moved
+//! ranges.
 //!
 //! # Membership without a coordinator
 //!

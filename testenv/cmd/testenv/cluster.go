@@ -39,6 +39,10 @@ const (
 	podCIDR = "10.244.0.1/16"
 	// kwokAnnotation marks the Nodes kwok manages.
 	kwokAnnotation = "kwok.x-k8s.io/node"
+	// unlimitedQPS and unlimitedBurst are the client-side rate limits of the controller
+	// manager and the scheduler: high enough never to bind (kwok's own client has none).
+	unlimitedQPS   = "5000"
+	unlimitedBurst = "10000"
 )
 
 // controllers is what kube-controller-manager runs: enough for Deployments to roll out,
@@ -209,8 +213,16 @@ func up(dir string, nodes int) (err error) {
 		"--cert-dir=" + filepath.Join(dir, "certs", "kube-controller-manager"),
 		"--service-account-private-key-file=" + p.saKey(),
 		"--root-ca-file=" + p.caCert(),
-		"--kube-api-qps=100",
-		"--kube-api-burst=200",
+		// No client-side rate limit to speak of (kwokctl's --disable-qps-limits uses the
+		// same figures): at the default 20 QPS, or even 100, the controller manager, not
+		// the operator under test, would set the pace of every bulk benchmark.
+		"--kube-api-qps=" + unlimitedQPS,
+		"--kube-api-burst=" + unlimitedBurst,
+		// Ten times the default workers for the two controllers every operator test waits
+		// on, as large clusters run them: with 5 each, rolling out a thousand Deployments
+		// takes over a minute on this machine whoever created them.
+		"--concurrent-deployment-syncs=50",
+		"--concurrent-replicaset-syncs=50",
 	}, fmt.Sprintf("https://127.0.0.1:%d", kcmPort))
 	if err != nil {
 		return err
@@ -223,6 +235,10 @@ func up(dir string, nodes int) (err error) {
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(schedPort),
 		"--cert-dir=" + filepath.Join(dir, "certs", "kube-scheduler"),
+		// As for the controller manager: binding a thousand Pods must not wait on the
+		// scheduler's default 50 QPS.
+		"--kube-api-qps=" + unlimitedQPS,
+		"--kube-api-burst=" + unlimitedBurst,
 	}, fmt.Sprintf("https://127.0.0.1:%d", schedPort))
 	if err != nil {
 		return err

@@ -94,10 +94,12 @@ struct Leases {
     version: AtomicU64,
 }
 
-/// One member's view of [`Leases`]; every request fails while `cut` is set.
+/// One member's view of [`Leases`]; every request fails while `cut` is set, and takes
+/// `slow` milliseconds more.
 struct Fake {
     leases: Arc<Leases>,
     cut: Arc<AtomicBool>,
+    slow: Arc<AtomicU64>,
 }
 
 fn cut_error() -> client::Error {
@@ -107,7 +109,8 @@ fn cut_error() -> client::Error {
 impl Fake {
     async fn hop(&self) -> client::Result<()> {
         // Each request takes a little time, so members interleave.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let slow = self.slow.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(20 + slow)).await;
         if self.cut.load(Ordering::SeqCst) {
             return Err(cut_error());
         }
@@ -189,15 +192,18 @@ impl Registry for Fake {
 struct Member {
     shard: Shard,
     cut: Arc<AtomicBool>,
+    slow: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 fn start(leases: &Arc<Leases>, identity: &str) -> Member {
     let cut = Arc::new(AtomicBool::new(false));
+    let slow = Arc::new(AtomicU64::new(0));
     let registry = Fake {
         leases: leases.clone(),
         cut: cut.clone(),
+        slow: slow.clone(),
     };
     let shard =
         Shard::with_registry(Box::new(registry), ShardConfig::new("set", "ns", identity)).unwrap();
@@ -213,6 +219,7 @@ fn start(leases: &Arc<Leases>, identity: &str) -> Member {
     Member {
         shard,
         cut,
+        slow,
         task,
         stop: Some(stop),
     }
@@ -281,9 +288,13 @@ async fn a_key_in_flight_on_a_member_cut_off_is_revoked_before_another_member_ad
     let a = start(&leases, "a");
     let b = start(&leases, "b");
     settle(&[&a, &b], Duration::from_secs(60)).await;
-    // A key of a's half (a sorts first: the lower half).
-    let hash = 1;
-    let permit = a.shard.admit(hash).expect("a holds the lower half");
+    // A key of a's half.
+    let (_, held) = assign(&["a", "b"])
+        .into_iter()
+        .find(|(member, _)| member == "a")
+        .unwrap();
+    let hash = u64::try_from(held.ranges()[0].start()).unwrap();
+    let permit = a.shard.admit(hash).expect("a holds its half");
     // A reconcile that never ends by itself: it lets go only when its permit is revoked.
     let released = Arc::new(AtomicBool::new(false));
     let holder = {
@@ -400,8 +411,9 @@ async fn a_range_is_not_given_up_while_a_key_in_it_runs() {
     let leases = Arc::new(Leases::default());
     let a = start(&leases, "a");
     settle(&[&a], Duration::from_secs(30)).await;
-    // A key in what will be b's half (b sorts after a: the upper half).
-    let hash = u64::MAX - 1;
+    // A key in what will be b's share.
+    let theirs = assign(&["a", "b"]).swap_remove(1).1;
+    let hash = u64::try_from(theirs.ranges()[0].start()).unwrap();
     let permit = a.shard.admit(hash).expect("a holds everything");
     assert_eq!(permit.range, HashRange::ALL);
 
@@ -415,4 +427,41 @@ async fn a_range_is_not_given_up_while_a_key_in_it_runs() {
     drop(permit);
     settle(&[&a, &b], Duration::from_secs(30)).await;
     assert!(b.shard.admit(hash).is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_fenced_while_a_late_write_is_under_way_is_admitted_once_it_lands() {
+    let leases = Arc::new(Leases::default());
+    let a = start(&leases, "a");
+    settle(&[&a], Duration::from_secs(30)).await;
+    // Each request now takes 3.5 s: a round (write, list, a 2 s pause) starts the next
+    // write before the 10 s renew deadline and ends it after, so the deadline passes while
+    // a write that will succeed is under way.
+    a.slow.store(3_500, Ordering::SeqCst);
+    let mut waited = Duration::ZERO;
+    let refused = loop {
+        match a.shard.try_admit(7) {
+            Ok(_) => {}
+            Err(refused) => break refused,
+        }
+        assert!(
+            waited < Duration::from_secs(30),
+            "the renew deadline never passed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    };
+    // Fenced, not dropped: the controller retries such a key, and the range is still held.
+    assert_eq!(refused, Refused::Fenced);
+    assert_eq!(a.shard.active(), Ranges::all());
+    // The late write lands and renews: the same key is admitted again.
+    let mut waited = Duration::ZERO;
+    while a.shard.try_admit(7).is_err() {
+        assert!(
+            waited < Duration::from_secs(30),
+            "the key was never admitted again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
 }
