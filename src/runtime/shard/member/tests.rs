@@ -266,14 +266,45 @@ fn settled(members: &[&Member]) -> bool {
     })
 }
 
+/// Runs (checked) until `done` holds; panics, saying `what` did not happen, after `limit`.
+async fn run_until(
+    members: &[&Member],
+    limit: Duration,
+    what: &str,
+    mut done: impl FnMut() -> bool,
+) {
+    let step = Duration::from_millis(50);
+    let mut waited = Duration::ZERO;
+    while !done() {
+        assert!(waited < limit, "{what} after {limit:?}: {members:?}");
+        run_checked(members, step).await;
+        waited += step;
+    }
+}
+
 /// Runs (checked) until `members` settle; panics after `limit`.
 async fn settle(members: &[&Member], limit: Duration) {
-    let mut waited = Duration::ZERO;
-    while !settled(members) {
-        assert!(waited < limit, "not settled after {limit:?}: {members:?}");
-        run_checked(members, Duration::from_millis(500)).await;
-        waited += Duration::from_millis(500);
-    }
+    run_until(members, limit, "not settled", || settled(members)).await;
+}
+
+/// A hash in the share [`assign`] gives `member` among `members`.
+fn key_of(members: &[&str], member: &str) -> u64 {
+    let (_, share) = assign(members)
+        .into_iter()
+        .find(|(name, _)| name == member)
+        .unwrap();
+    u64::try_from(share.ranges()[0].start()).unwrap()
+}
+
+/// Asserts that `b` sees the members a, b (itself) and c, and publishes what it holds.
+fn assert_b_sees_a_b_c(b: &Member) {
+    let seen = b.shard.members();
+    let identities: Vec<_> = seen.iter().map(|m| (m.identity.as_str(), m.this)).collect();
+    assert_eq!(identities, [("a", false), ("b", true), ("c", false)]);
+    assert!(
+        !seen[1].ranges.is_empty(),
+        "b publishes what it holds: {seen:?}"
+    );
 }
 
 impl fmt::Debug for Member {
@@ -288,12 +319,7 @@ async fn a_key_in_flight_on_a_member_cut_off_is_revoked_before_another_member_ad
     let a = start(&leases, "a");
     let b = start(&leases, "b");
     settle(&[&a, &b], Duration::from_secs(60)).await;
-    // A key of a's half.
-    let (_, held) = assign(&["a", "b"])
-        .into_iter()
-        .find(|(member, _)| member == "a")
-        .unwrap();
-    let hash = u64::try_from(held.ranges()[0].start()).unwrap();
+    let hash = key_of(&["a", "b"], "a");
     let permit = a.shard.admit(hash).expect("a holds its half");
     // A reconcile that never ends by itself: it lets go only when its permit is revoked.
     let released = Arc::new(AtomicBool::new(false));
@@ -309,12 +335,13 @@ async fn a_key_in_flight_on_a_member_cut_off_is_revoked_before_another_member_ad
     assert!(!released.load(Ordering::SeqCst), "renewals keep it held");
 
     a.cut.store(true, Ordering::SeqCst);
-    let mut waited = Duration::ZERO;
-    while !admitting(&b.shard).contains(hash) {
-        assert!(waited < Duration::from_secs(60), "b never took a's half");
-        run_checked(&[&a, &b], Duration::from_millis(50)).await;
-        waited += Duration::from_millis(50);
-    }
+    run_until(
+        &[&a, &b],
+        Duration::from_secs(60),
+        "b never took a's half",
+        || admitting(&b.shard).contains(hash),
+    )
+    .await;
     assert!(
         released.load(Ordering::SeqCst),
         "b admits the key while a's reconcile of it still runs"
@@ -349,13 +376,7 @@ async fn members_split_the_space_and_hand_ranges_over_without_overlap() {
     let b = start(&leases, "b");
     let c = start(&leases, "c");
     settle(&[&a, &b, &c], Duration::from_secs(60)).await;
-    let seen = b.shard.members();
-    let identities: Vec<_> = seen.iter().map(|m| (m.identity.as_str(), m.this)).collect();
-    assert_eq!(identities, [("a", false), ("b", true), ("c", false)]);
-    assert!(
-        !seen[1].ranges.is_empty(),
-        "b publishes what it holds: {seen:?}"
-    );
+    assert_b_sees_a_b_c(&b);
 
     // SIGKILL: the task dies with its Lease in place; the others wait for it to expire.
     c.task.abort();
@@ -379,13 +400,7 @@ async fn a_member_cut_off_stops_before_others_take_its_ranges_and_rejoins() {
     let b = start(&leases, "b");
     let c = start(&leases, "c");
     settle(&[&a, &b, &c], Duration::from_secs(60)).await;
-    let seen = b.shard.members();
-    let identities: Vec<_> = seen.iter().map(|m| (m.identity.as_str(), m.this)).collect();
-    assert_eq!(identities, [("a", false), ("b", true), ("c", false)]);
-    assert!(
-        !seen[1].ranges.is_empty(),
-        "b publishes what it holds: {seen:?}"
-    );
+    assert_b_sees_a_b_c(&b);
 
     b.cut.store(true, Ordering::SeqCst);
     // b stays in the check: it must stop admitting before a or c start on its ranges.
@@ -395,12 +410,13 @@ async fn a_member_cut_off_stops_before_others_take_its_ranges_and_rejoins() {
         Ranges::none(),
         "past its renew deadline"
     );
-    let mut waited = Duration::ZERO;
-    while !settled(&[&a, &c]) {
-        assert!(waited < Duration::from_secs(60));
-        run_checked(&[&a, &b, &c], Duration::from_millis(500)).await;
-        waited += Duration::from_millis(500);
-    }
+    run_until(
+        &[&a, &b, &c],
+        Duration::from_secs(60),
+        "a and c not settled",
+        || settled(&[&a, &c]),
+    )
+    .await;
 
     b.cut.store(false, Ordering::SeqCst);
     settle(&[&a, &b, &c], Duration::from_secs(60)).await;
@@ -412,8 +428,7 @@ async fn a_range_is_not_given_up_while_a_key_in_it_runs() {
     let a = start(&leases, "a");
     settle(&[&a], Duration::from_secs(30)).await;
     // A key in what will be b's share.
-    let theirs = assign(&["a", "b"]).swap_remove(1).1;
-    let hash = u64::try_from(theirs.ranges()[0].start()).unwrap();
+    let hash = key_of(&["a", "b"], "b");
     let permit = a.shard.admit(hash).expect("a holds everything");
     assert_eq!(permit.range, HashRange::ALL);
 
@@ -438,30 +453,22 @@ async fn a_key_fenced_while_a_late_write_is_under_way_is_admitted_once_it_lands(
     // write before the 10 s renew deadline and ends it after, so the deadline passes while
     // a write that will succeed is under way.
     a.slow.store(3_500, Ordering::SeqCst);
-    let mut waited = Duration::ZERO;
-    let refused = loop {
-        match a.shard.try_admit(7) {
-            Ok(_) => {}
-            Err(refused) => break refused,
-        }
-        assert!(
-            waited < Duration::from_secs(30),
-            "the renew deadline never passed"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        waited += Duration::from_millis(50);
-    };
+    run_until(
+        &[&a],
+        Duration::from_secs(30),
+        "the renew deadline never passed",
+        || a.shard.try_admit(7).is_err(),
+    )
+    .await;
     // Fenced, not dropped: the controller retries such a key, and the range is still held.
-    assert_eq!(refused, Refused::Fenced);
+    assert_eq!(a.shard.try_admit(7).err(), Some(Refused::Fenced));
     assert_eq!(a.shard.active(), Ranges::all());
     // The late write lands and renews: the same key is admitted again.
-    let mut waited = Duration::ZERO;
-    while a.shard.try_admit(7).is_err() {
-        assert!(
-            waited < Duration::from_secs(30),
-            "the key was never admitted again"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        waited += Duration::from_millis(50);
-    }
+    run_until(
+        &[&a],
+        Duration::from_secs(30),
+        "the key was never admitted again",
+        || a.shard.try_admit(7).is_ok(),
+    )
+    .await;
 }
