@@ -159,18 +159,18 @@ pub async fn informer_sync<K: BenchObject>(
 }
 
 /// A started, synced informer, with what stops it.
-struct Running<K> {
+pub(crate) struct Running<K> {
     factory: InformerFactory,
-    informer: Arc<SharedIndexInformer<K>>,
+    pub(crate) informer: Arc<SharedIndexInformer<K>>,
     stop: tokio::sync::oneshot::Sender<()>,
     /// From starting the factory to synced.
-    elapsed: Duration,
+    pub(crate) elapsed: Duration,
 }
 
 impl<K: BenchObject> Running<K> {
     /// Makes a fresh factory and informer for `K` (stripping managedFields if asked),
     /// starts it and waits until it has synced.
-    async fn start(client: &Client, params: &SyncParams) -> Result<Self> {
+    pub(crate) async fn start(client: &Client, params: &SyncParams) -> Result<Self> {
         let factory = InformerFactory::new(client.clone()).namespace(params.namespace.clone());
         let informer = factory.informer::<K>();
         if params.strip_managed_fields {
@@ -201,7 +201,7 @@ impl<K: BenchObject> Running<K> {
     }
 
     /// Stops the informer, waits for it to end and `settle` more.
-    async fn stop(self, settle: Duration) {
+    pub(crate) async fn stop(self, settle: Duration) {
         let _ = self.stop.send(());
         self.factory.join().await;
         drop(self.informer);

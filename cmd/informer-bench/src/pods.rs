@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use controller_runtime::client::{
     Api, Client, DeleteParams, Error, ListParams, Patch, PatchParams, PostParams, Raw, Result,
 };
-use controller_runtime::informers::InformerFactory;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
+
+use crate::measure::{Running, SyncParams};
 
 /// The label every Pod of the workload carries, and the label of the kwok nodes.
 pub const PODS_LABEL: (&str, &str) = ("app", "pods-bench");
@@ -268,24 +269,14 @@ pub async fn pods_run(
     say(json!({"phase": "ready"}));
     wait_for_go().await?;
 
-    let factory = InformerFactory::new(client.clone()).namespace(params.namespace.clone());
-    let informer = factory.informer::<Raw<Pod>>();
-    informer
-        .set_transform(Raw::strip_managed_fields)
-        .expect("the informer has not started");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let start = Instant::now();
-    factory.start(async move {
-        let _ = stopped.await;
-    });
-    let synced = tokio::time::timeout(params.timeout, factory.wait_for_cache_sync()).await;
-    let elapsed = start.elapsed();
-    if !matches!(synced, Ok(true)) {
-        return Err(Error::Timeout {
-            url: format!("{} (informer sync)", client.base_url()),
-            after: params.timeout,
-        });
-    }
+    let sync = SyncParams {
+        namespace: params.namespace.clone(),
+        strip_managed_fields: true,
+        settle: params.settle,
+        timeout: params.timeout,
+    };
+    let running = Running::<Raw<Pod>>::start(client, &sync).await?;
+    let (informer, elapsed) = (&running.informer, running.elapsed);
     let objects = informer.get_indexer().len();
     say(json!({
         "phase": "synced",
@@ -301,7 +292,7 @@ pub async fn pods_run(
         "objects": informer.get_indexer().len(),
         "heap_bytes": live_bytes() as i64 - before as i64,
     }));
-    let _ = stop.send(());
+    running.stop(Duration::ZERO).await;
     Ok(())
 }
 
