@@ -4,7 +4,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use controller_runtime::client::{
@@ -15,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
 
 use crate::measure::{Running, SyncParams};
+use crate::seed::in_parallel;
 
 /// The label every Pod of the workload carries, and the label of the kwok nodes.
 pub const PODS_LABEL: (&str, &str) = ("app", "pods-bench");
@@ -123,16 +123,22 @@ pub async fn pods_seed(client: &Client, params: &PodsSeedParams) -> Result<()> {
         nodes.len()
     );
     let nodes = Arc::new(nodes);
-    in_parallel("created", missing, params.concurrency, move |i| {
-        let (pods, nodes) = (pods.clone(), nodes.clone());
-        async move {
-            let pod = pods_pod(i, &nodes[i % nodes.len()]);
-            ignore(
-                pods.create(&PostParams::default(), &pod).await,
-                Error::is_already_exists,
-            )
-        }
-    })
+    in_parallel(
+        "pods: created",
+        5_000,
+        missing,
+        params.concurrency,
+        move |i| {
+            let (pods, nodes) = (pods.clone(), nodes.clone());
+            async move {
+                let pod = pods_pod(i, &nodes[i % nodes.len()]);
+                ignore(
+                    pods.create(&PostParams::default(), &pod).await,
+                    Error::is_already_exists,
+                )
+            }
+        },
+    )
     .await?;
 
     // kwok writes each Pod's status, but at some 20 a second: 100,000 would take over an
@@ -146,17 +152,23 @@ pub async fn pods_seed(client: &Client, params: &PodsSeedParams) -> Result<()> {
     );
     let indices: Vec<usize> = (0..pending.len()).collect();
     let writer = pods.clone();
-    in_parallel("made Running", indices, params.concurrency, move |i| {
-        let (pods, pending) = (writer.clone(), pending.clone());
-        async move {
-            let patch = Patch::Merge(running_status(i));
-            ignore(
-                pods.patch_status(&pending[i], &PatchParams::default(), &patch)
-                    .await,
-                Error::is_not_found,
-            )
-        }
-    })
+    in_parallel(
+        "pods: made Running",
+        5_000,
+        indices,
+        params.concurrency,
+        move |i| {
+            let (pods, pending) = (writer.clone(), pending.clone());
+            async move {
+                let patch = Patch::Merge(running_status(i));
+                ignore(
+                    pods.patch_status(&pending[i], &PatchParams::default(), &patch)
+                        .await,
+                    Error::is_not_found,
+                )
+            }
+        },
+    )
     .await?;
 
     // Wait until every Pod is Running.
@@ -202,7 +214,7 @@ pub async fn pods_clean(
         ..DeleteParams::default()
     };
     let indices: Vec<usize> = (0..names.len()).collect();
-    in_parallel("deleted", indices, concurrency, move |i| {
+    in_parallel("pods: deleted", 5_000, indices, concurrency, move |i| {
         let (pods, names, now) = (pods.clone(), names.clone(), now.clone());
         async move { ignore(pods.delete(&names[i], &now).await, Error::is_not_found) }
     })
@@ -358,56 +370,6 @@ async fn names_where(pods: &Api<Pod>, fields: &str) -> Result<Vec<String>> {
             None => return Ok(names),
         }
     }
-}
-
-/// Runs `work(i)` for every `i` of `items`, `concurrency` at a time, printing progress on
-/// stderr every 5,000; stops at the first error.
-async fn in_parallel<F, Fut>(
-    what: &str,
-    items: Vec<usize>,
-    concurrency: usize,
-    work: F,
-) -> Result<()>
-where
-    F: Fn(usize) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<()>> + Send,
-{
-    let total = items.len();
-    if total == 0 {
-        return Ok(());
-    }
-    let (items, work) = (Arc::new(items), Arc::new(work));
-    let next = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
-    let start = Instant::now();
-    let mut workers = tokio::task::JoinSet::<Result<()>>::new();
-    for _ in 0..concurrency.max(1) {
-        let (items, work, next, done) = (items.clone(), work.clone(), next.clone(), done.clone());
-        let what = what.to_owned();
-        workers.spawn(async move {
-            loop {
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&i) = items.get(n) else {
-                    return Ok(());
-                };
-                work(i).await?;
-                let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if finished % 5_000 == 0 || finished == total {
-                    eprintln!(
-                        "pods: {what} {finished}/{total} ({:.0}/s)",
-                        finished as f64 / start.elapsed().as_secs_f64()
-                    );
-                }
-            }
-        });
-    }
-    while let Some(joined) = workers.join_next().await {
-        if let Err(e) = joined.expect("a worker panicked") {
-            workers.abort_all();
-            return Err(e);
-        }
-    }
-    Ok(())
 }
 
 /// `Ok` for a success or for an error `skip` accepts.

@@ -170,50 +170,26 @@ where
         .into_iter()
         .filter_map(|m| m.metadata.name)
         .collect();
-    let missing: Arc<Vec<usize>> = Arc::new(
-        (0..count)
-            .filter(|&i| !existing.contains(&name(i)))
-            .collect(),
-    );
+    let missing: Vec<usize> = (0..count)
+        .filter(|&i| !existing.contains(&name(i)))
+        .collect();
     eprintln!(
         "seed: {what}: {} of {count} exist, creating {}",
         count - missing.len(),
         missing.len()
     );
-    if missing.is_empty() {
-        return Ok(());
-    }
-
-    let start = Instant::now();
-    let next = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
-    let mut workers = tokio::task::JoinSet::<Result<()>>::new();
-    for _ in 0..concurrency.max(1) {
-        let (api, missing, next, done) = (api.clone(), missing.clone(), next.clone(), done.clone());
-        let what = what.to_owned();
-        workers.spawn(async move {
-            loop {
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&i) = missing.get(n) else {
-                    return Ok(());
-                };
-                ignore_exists(api.create(&PostParams::default(), &make(i)).await)?;
-                let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if finished % 1_000 == 0 || finished == missing.len() {
-                    let secs = start.elapsed().as_secs_f64();
-                    eprintln!(
-                        "seed: {what}: created {finished}/{} ({:.0}/s)",
-                        missing.len(),
-                        finished as f64 / secs
-                    );
-                }
-            }
-        });
-    }
-    while let Some(joined) = workers.join_next().await {
-        joined.expect("a seeding task panicked")?;
-    }
-    Ok(())
+    let api = api.clone();
+    in_parallel(
+        &format!("seed: {what}: created"),
+        1_000,
+        missing,
+        concurrency,
+        move |i| {
+            let api = api.clone();
+            async move { ignore_exists(api.create(&PostParams::default(), &make(i)).await) }
+        },
+    )
+    .await
 }
 
 /// `Ok` for a create that succeeded or found the name taken.
@@ -241,6 +217,58 @@ async fn wait_until(
             });
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+/// Runs `work(i)` for every `i` of `items`, `concurrency` at a time, printing
+/// `<what> <finished>/<total> (<rate>/s)` on stderr every `every` and at the end; stops at
+/// the first error.
+pub(crate) async fn in_parallel<F, Fut>(
+    what: &str,
+    every: usize,
+    items: Vec<usize>,
+    concurrency: usize,
+    work: F,
+) -> Result<()>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send,
+{
+    let total = items.len();
+    if total == 0 {
+        return Ok(());
+    }
+    let (items, work) = (Arc::new(items), Arc::new(work));
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut workers = tokio::task::JoinSet::<Result<()>>::new();
+    for _ in 0..concurrency.max(1) {
+        let (items, work, next, done) = (items.clone(), work.clone(), next.clone(), done.clone());
+        let what = what.to_owned();
+        workers.spawn(async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&i) = items.get(n) else {
+                    return Ok(());
+                };
+                work(i).await?;
+                let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if finished % every == 0 || finished == total {
+                    eprintln!(
+                        "{what} {finished}/{total} ({:.0}/s)",
+                        finished as f64 / start.elapsed().as_secs_f64()
+                    );
+                }
+            }
+        });
+    }
+    while let Some(joined) = workers.join_next().await {
+        if let Err(e) = joined.expect("a worker panicked") {
+            workers.abort_all();
+            return Err(e);
+        }
     }
     Ok(())
 }
