@@ -150,6 +150,7 @@ async fn scrape(client: &Client, path: &str) -> (u16, String) {
 async fn secure_manager(
     token: &str,
     secure: SecureMetricsOptions,
+    debug_pages: bool,
 ) -> (
     SocketAddr,
     tokio::sync::oneshot::Sender<()>,
@@ -161,6 +162,7 @@ async fn secure_manager(
     let options = ManagerOptions {
         metrics_bind_address: Some("127.0.0.1:0".parse().unwrap()),
         metrics_secure: Some(secure),
+        debug_pages,
         ..ManagerOptions::default()
     };
     let manager = Manager::with_config(config, options).unwrap();
@@ -198,7 +200,7 @@ async fn only_a_service_account_bound_to_metrics_reader_may_scrape() {
         cert_dir: std::env::temp_dir().join(unique("no-metrics-certs")),
         ..SecureMetricsOptions::default()
     };
-    let (addr, stop, running) = secure_manager(&operator, secure).await;
+    let (addr, stop, running) = secure_manager(&operator, secure, false).await;
 
     let (code, body) = scrape(&scraper(addr, None, None), "/metrics").await;
     assert_eq!(code, 401, "no token: {body}");
@@ -250,7 +252,7 @@ async fn a_certificate_from_the_cert_path_is_served_and_verifies() {
         key_name: "server-key.pem".into(),
         ..SecureMetricsOptions::default()
     };
-    let (addr, stop, running) = secure_manager(&operator, secure).await;
+    let (addr, stop, running) = secure_manager(&operator, secure, false).await;
     let verified = scraper(
         addr,
         Some((&tls.join("ca.pem"), "server.test")),
@@ -284,21 +286,11 @@ async fn the_debug_pages_are_behind_the_same_authorization_as_metrics() {
     );
     let reader = accounts.account("reader", Some(&rendered_rules(&kubectl, "metrics-reader")));
     let stranger = accounts.account("stranger", None);
-    let mut config = cluster::config();
-    config.identity = None;
-    config.auth = Auth::Bearer(Token::new(operator));
-    let options = ManagerOptions {
-        metrics_bind_address: Some("127.0.0.1:0".parse().unwrap()),
-        metrics_secure: Some(SecureMetricsOptions {
-            cert_dir: std::env::temp_dir().join(unique("no-metrics-certs")),
-            ..SecureMetricsOptions::default()
-        }),
-        debug_pages: true,
-        ..ManagerOptions::default()
+    let secure = SecureMetricsOptions {
+        cert_dir: std::env::temp_dir().join(unique("no-metrics-certs")),
+        ..SecureMetricsOptions::default()
     };
-    let manager = Manager::with_config(config, options).unwrap();
-    let (stop, running) = support::run_manager(&manager);
-    let addr = manager.metrics_addr().await.expect("metrics are served");
+    let (addr, stop, running) = secure_manager(&operator, secure, true).await;
 
     for path in ["/debug/controllers", "/debug/controllers.json"] {
         let (code, body) = scrape(&scraper(addr, None, None), path).await;
