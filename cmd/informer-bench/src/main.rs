@@ -272,14 +272,7 @@ fn main() -> Result<()> {
             ensure!(threads >= 1, "--threads must be at least 1");
             // No client-side rate limit, on both sides: a paged LIST is 20-odd requests,
             // and a limit would measure the token bucket, not the list.
-            let client = Client::new(
-                config,
-                ClientOptions {
-                    rate_limit: None,
-                    protobuf: !json,
-                    ..ClientOptions::default()
-                },
-            )?;
+            let client = unlimited_client(config, json)?;
             let params = RunParams {
                 namespace: args.namespace,
                 page_size,
@@ -301,13 +294,7 @@ fn main() -> Result<()> {
             concurrency,
             timeout_secs,
         } => {
-            let client = Client::new(
-                config,
-                ClientOptions {
-                    rate_limit: None,
-                    ..ClientOptions::default()
-                },
-            )?;
+            let client = unlimited_client(config, false)?;
             let params = PodsSeedParams {
                 namespace: args.namespace,
                 pods,
@@ -325,14 +312,7 @@ fn main() -> Result<()> {
             json,
         } => {
             ensure!(threads >= 1, "--threads must be at least 1");
-            let client = Client::new(
-                config,
-                ClientOptions {
-                    rate_limit: None,
-                    protobuf: !json,
-                    ..ClientOptions::default()
-                },
-            )?;
+            let client = unlimited_client(config, json)?;
             let params = PodsRunParams {
                 namespace: args.namespace,
                 settle: Duration::from_millis(settle_ms),
@@ -342,13 +322,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Command::PodsClean { concurrency } => {
-            let client = Client::new(
-                config,
-                ClientOptions {
-                    rate_limit: None,
-                    ..ClientOptions::default()
-                },
-            )?;
+            let client = unlimited_client(config, false)?;
             runtime(2)?.block_on(pods_clean(
                 &client,
                 &args.namespace,
@@ -358,6 +332,17 @@ fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// A client without a client-side rate limit, on JSON only if `json`: a limit would measure
+/// the token bucket, not the cluster.
+fn unlimited_client(config: Config, json: bool) -> Result<Client> {
+    let options = ClientOptions {
+        rate_limit: None,
+        protobuf: !json,
+        ..ClientOptions::default()
+    };
+    Ok(Client::new(config, options)?)
 }
 
 fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
