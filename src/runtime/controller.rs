@@ -1027,7 +1027,7 @@ fn wire<D: CachedKind>(
     let listers = store.listers();
     target.replays.lock().push(Box::new(move || {
         for object in listers.iter().flat_map(|lister| lister.list()) {
-            handler.on_add(&object, true);
+            handler.add(&object, true);
         }
     }));
     Ok(())
@@ -1075,6 +1075,19 @@ where
         }
     }
 
+    /// An object entered the cache (`listed`: it was there when the term began); queues
+    /// its keys if it passes the filters.
+    fn add(&self, obj: &Raw<D>, listed: bool) {
+        let passed = self.passes(&Event::Create(obj));
+        if self.target.trace.is_some() {
+            let verb = if listed { "add (initial list)" } else { "add" };
+            self.trace(obj, verb, passed, listed);
+        }
+        if passed {
+            self.enqueue(obj, listed);
+        }
+    }
+
     fn enqueue(&self, obj: &Raw<D>, low: bool) {
         let Some(queue) = self.target.queue.get() else {
             return;
@@ -1092,14 +1105,13 @@ where
     D: Send + Sync + 'static,
     M: Fn(&Raw<D>, &mut dyn FnMut(Key)) + Send + Sync + 'static,
 {
+    /// The informer's initial adds are left to the term's [replay](Target::replay), which
+    /// queues every cached object once the caches have synced. The handler may deliver
+    /// them later than that (its notifications trail the cache), and queued a second time
+    /// a key a worker has already taken would be reconciled twice.
     fn on_add(&self, obj: &Arc<Raw<D>>, initial: bool) {
-        let passed = self.passes(&Event::Create(&**obj));
-        if self.target.trace.is_some() {
-            let verb = if initial { "add (initial list)" } else { "add" };
-            self.trace(obj, verb, passed, initial);
-        }
-        if passed {
-            self.enqueue(obj, initial);
+        if !initial {
+            self.add(obj, false);
         }
     }
 

@@ -626,7 +626,7 @@ async fn drain(queue: &Queue) -> Vec<(String, i32)> {
 async fn a_live_change_goes_before_an_initial_list_of_many_objects() {
     let (queue, handler) = handler(true);
     for i in 0..10_000 {
-        handler.on_add(&config_map(&format!("listed-{i}"), "1"), true);
+        handler.add(&config_map(&format!("listed-{i}"), "1"), true);
     }
     handler.on_add(&config_map("created", "2"), false);
     let edited = (config_map("listed-7", "1"), config_map("listed-7", "3"));
@@ -661,10 +661,25 @@ async fn a_resync_of_an_unchanged_object_enters_at_low_priority() {
     );
 }
 
+/// The replay queued the listed object and a worker took it; the informer's own initial
+/// add, delivered only now, must not queue it a second time.
+#[tokio::test(start_paused = true)]
+async fn an_initial_add_trailing_the_replay_queues_nothing() {
+    let (queue, handler) = handler(true);
+    let listed = config_map("listed", "1");
+    handler.add(&listed, true);
+    let taken = queue.get().await.unwrap();
+    handler.on_add(&listed, true);
+    queue.done(&taken);
+    assert!(queue.is_empty(), "not queued again");
+    handler.on_add(&config_map("created", "2"), false);
+    assert_eq!(drain(&queue).await, [("ns/created".to_owned(), 0)]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn without_the_priority_queue_events_keep_their_order() {
     let (queue, handler) = handler(false);
-    handler.on_add(&config_map("listed", "1"), true);
+    handler.add(&config_map("listed", "1"), true);
     handler.on_add(&config_map("created", "2"), false);
     assert_eq!(
         drain(&queue).await,
