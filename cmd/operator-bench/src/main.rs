@@ -19,7 +19,8 @@
 //! * `wait-converged` — waits until every `Memcached` of the namespace has converged. With
 //!   `--count-writes` it says `{"event":"watching"}` once its watches run (the harness then
 //!   seeds), and its last line adds `writes`: the operator's writes it saw, by verb and
-//!   resource (see [`Writes`]).
+//!   resource (see [`Writes`]). With `--progress` it says `{"event":"watching"}` too,
+//!   then how many have converged each time that number rises.
 //! * `cleanup` — deletes the namespace and waits until it has gone; with
 //!   `--strip-finalizers` (when no operator runs) it first removes the finalizer of every
 //!   resource and deletes the resources, Deployments, ReplicaSets and Pods, sixteen requests
@@ -142,6 +143,11 @@ enum Command {
         /// run, and report the operator's writes seen until every resource converged.
         #[arg(long)]
         count_writes: bool,
+        /// Say `{"event":"watching"}` once the watches run, and then
+        /// `{"event":"progress","converged":N,"unix_secs":…}` each time more of them have
+        /// converged (the harness acts on a share of them).
+        #[arg(long)]
+        progress: bool,
     },
     /// Delete the namespace and wait until it has gone.
     Cleanup {
@@ -229,12 +235,14 @@ async fn run(args: Args) -> Result<()> {
             timeout_secs,
             prefix,
             count_writes,
+            progress,
         } => {
             let wait = Wait {
                 count,
                 prefix,
                 timeout: secs(timeout_secs),
                 count_writes,
+                progress,
             };
             wait_converged(&client, ns, &wait).await
         }
@@ -501,6 +509,8 @@ struct Wait {
     timeout: Duration,
     /// Whether to count the operator's writes.
     count_writes: bool,
+    /// Whether to report each rise of the number converged.
+    progress: bool,
 }
 
 async fn wait_converged(client: &Client, ns: &str, wait: &Wait) -> Result<()> {
@@ -512,11 +522,20 @@ async fn wait_converged(client: &Client, ns: &str, wait: &Wait) -> Result<()> {
         emit(&json!({"event": "watching"}));
         watch
     } else {
-        Watched::start(client, ns, None).await?
+        let watch = Watched::start(client, ns, None).await?;
+        if wait.progress {
+            emit(&json!({"event": "watching"}));
+        }
+        watch
     };
+    let mut reported = 0;
     loop {
         let named = |n: &&String| n.starts_with(prefix);
         let converged = watch.converged.iter().filter(named).count();
+        if wait.progress && converged > reported {
+            reported = converged;
+            emit(&json!({"event": "progress", "converged": converged, "unix_secs": unix_secs()}));
+        }
         if converged >= count && watch.memcacheds.keys().filter(named).count() == count {
             break;
         }
