@@ -216,6 +216,9 @@ def run(binary, rnd, config, n, timeout, concurrency):
                      stdout=subprocess.DEVNULL)
     kill_at = None
     while converged.done is None:
+        if seeding.poll() not in (None, 0):
+            raise RuntimeError(f"round {rnd}, {config}: operator-bench seed exited "
+                               f"{seeding.returncode} (its error is above)")
         if converged.error:
             raise RuntimeError(f"round {rnd}, {config}: {converged.count}/{n} converged: "
                                f"{converged.error}")
@@ -225,8 +228,7 @@ def run(binary, rnd, config, n, timeout, concurrency):
             log(f"  round {rnd}, {config}: SIGKILL r1 at {converged.count}/{n}, "
                 f"started r{count}")
         time.sleep(0.1)
-    if seeding.wait() != 0:
-        raise RuntimeError(f"round {rnd}, {config}: operator-bench seed failed")
+    seeding.wait()
     elapsed = (converged.done - start) / 1e6
     time.sleep(2 * 2)  # let the "shard cache" reports catch up
     reads = [r.read() for r in replicas]
