@@ -29,7 +29,8 @@ the same driver for both; ours goes first in odd rounds, controller-runtime in e
    namespace run before it). Size 0 by default so that the row measures the operators and
    not the cluster's Pod pipeline: on this 2-core machine, a thousand Deployments of one
    replica created straight from kubectl take about 39 s to become ready, against 10 s at
-   size 0, which would put a floor under both operators' times. After a settle, **resident memory with 1,000 CRs** (VmRSS, and the peak VmHWM).
+   size 0, which would put a floor under both operators' times. After a settle,
+   **resident memory with 1,000 CRs** (VmRSS, and the peak VmHWM).
    Meanwhile the driver counts the operator's **writes per resource** by verb and resource
    from its watches (`Writes` in cmd/operator-bench: a finalizer patch, a status patch, a
    Deployment created or its spec updated, an Event created or patched), and the

@@ -93,10 +93,8 @@
 //! leaver's buckets and a join the joiner's first choices, plus the few buckets shed before
 //! or after the change. Measured over random identities, a leave of one of three members
 //! moves 35 % of the space on average (its third, and 2 % shed), a join of a third 36 %
-//! (the least possible is its third); cutting the space into contiguous parts by sorted
-//! identity, as this module did at first, moved half in both cases. The protocol below
-//! makes each move safe, at the price of a pause of a few retry periods on the moved
-//! ranges.
+//! (the least possible is its third). The protocol below makes each move safe, at the
+//! price of a pause of a few retry periods on the moved ranges.
 //!
 //! # Membership without a coordinator
 //!
