@@ -80,11 +80,12 @@
 //!
 //! A key's hash is [`fnv1a64`] of its object's `metadata.uid` ([`ShardKey::Uid`], the
 //! default) or `metadata.namespace` ([`ShardKey::Namespace`]). The space is cut into
-//! [`BUCKETS`](ranges::BUCKETS) (128) equal buckets, and [`assign`] gives each live member
-//! `128 / n` of them or one more, so its share is within `n / 128` of `1 / n` (±10 % up
-//! to 12 members); a member's adjacent buckets merge into one range. Which buckets: each is
-//! ranked among the members by rendezvous hashing (a well-mixed hash of the identity and
-//! the bucket), and goes to its first choice unless that member got more than its quota;
+//! [`BUCKETS`](ranges::BUCKETS) (120) equal buckets, and [`assign`] gives each live member
+//! `120 / n` of them or one more, so its share is exactly `1 / n` for 2, 3, 4, 5, 6, 8,
+//! 10 or 12 members and within `n / 120` of it otherwise (±10 % up to 12 members); a
+//! member's adjacent buckets merge into one range. Which buckets: each is ranked among
+//! the members by rendezvous hashing (a well-mixed hash of the identity and the bucket),
+//! and goes to its first choice unless that member got more than its quota;
 //! such a member keeps the buckets it ranks highest and sheds the rest, each to its
 //! highest-ranked member with room. Every member that sees the same members computes the
 //! same assignment.
