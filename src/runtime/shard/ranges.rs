@@ -733,8 +733,8 @@ mod tests {
     fn moves_on_average_stay_near_the_least_possible() {
         // The least that can move: the leaver's share (1 / n), the joiner's (1 / (n + 1)).
         // Shedding adds a little (measured: 6 % to 37 % more for 3 to 8 members, the
-        // most for a join of the ninth); a poorly mixed ranking, where similar names rank buckets alike, sheds
-        // far more. Fixed seeds: the numbers are the same at every run.
+        // most for a join of the ninth); a poorly mixed ranking, where similar names rank
+        // buckets alike, sheds far more. Fixed seeds: the numbers are the same at every run.
         let mut stream = Stream(26);
         for n in 2..=8 {
             let (leave, join) = mean_moves(n, 400, &mut stream);
