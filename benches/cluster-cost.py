@@ -229,7 +229,8 @@ def main():
     p.add_argument("--kubeconfig", default=os.environ.get("TESTENV_KUBECONFIG", harness.KUBECONFIG))
     p.add_argument("--count", type=int, default=1000, help="writes per kind and round (1000)")
     p.add_argument("--rounds", type=int, default=2, help="rounds (2)")
-    p.add_argument("--writes", default=",".join(WRITES), help=f"a comma list of {', '.join(WRITES)}")
+    p.add_argument("--writes", default=",".join(WRITES),
+                   help=f"a comma list of {', '.join(WRITES)} (all)")
     p.add_argument("--settle", type=float, default=3, help="seconds after the writes (3)")
     p.add_argument("--settle-deployment", type=float, default=25,
                    help="seconds after Deployment creates, for the controller manager (25)")
