@@ -165,7 +165,8 @@ class Converged:
     """`operator-bench wait-converged --progress` on the namespace: one list and watch of its
     Memcacheds and Deployments, read on a thread. `count` is how many have converged (the
     driver's definition, as in bench-operator: Deployment at the size and observed, the
-    status observing the generation); `done` the moment all had, in microseconds."""
+    finalizer on, the status observing the generation); `done` the moment all had, in
+    microseconds."""
 
     def __init__(self, ns, n, timeout):
         self.count, self.done, self.error = 0, None, None

@@ -25,16 +25,12 @@ cluster (`make cluster`) and the Memcached CRD (installed from config/crd/bases 
 """
 
 import argparse
-import base64
 import http.client
 import json
 import os
-import ssl
 import subprocess
-import tempfile
 import threading
 import time
-import urllib.parse
 
 import harness
 
@@ -49,20 +45,7 @@ class Cluster:
     """HTTPS requests to the API server of a kubeconfig with client certificates."""
 
     def __init__(self, kubeconfig):
-        doc = json.loads(subprocess.run(
-            ["kubectl", "--kubeconfig", kubeconfig, "config", "view", "--raw", "--minify",
-             "-o", "json"], check=True, stdout=subprocess.PIPE, text=True).stdout)
-        cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
-        url = urllib.parse.urlparse(cluster["server"])
-        self.host, self.port = url.hostname, url.port
-        tmp = tempfile.mkdtemp()
-        files = {}
-        for field in ("certificate-authority-data", "client-certificate-data", "client-key-data"):
-            files[field] = os.path.join(tmp, field)
-            with open(files[field], "wb") as f:
-                f.write(base64.b64decode(cluster.get(field) or user[field]))
-        self.ctx = ssl.create_default_context(cafile=files["certificate-authority-data"])
-        self.ctx.load_cert_chain(files["client-certificate-data"], files["client-key-data"])
+        self.host, self.port, self.ctx = harness.load_kubeconfig(kubeconfig)
 
     def connect(self):
         return http.client.HTTPSConnection(self.host, self.port, context=self.ctx)

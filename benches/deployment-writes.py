@@ -15,36 +15,16 @@ retried, and only the try that succeeded is timed. Prints p50 and p90 of each, i
 """
 
 import argparse
-import base64
 import http.client
 import json
 import os
-import ssl
 import subprocess
-import tempfile
 import time
-import urllib.parse
+
+import harness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMESPACE = "bench-deployment-writes"
-
-
-def load_kubeconfig(path):
-    """(host, port, ssl context) for the current context of a kubeconfig with client certs."""
-    doc = json.loads(subprocess.run(
-        ["kubectl", "--kubeconfig", path, "config", "view", "--raw", "--minify", "-o", "json"],
-        check=True, stdout=subprocess.PIPE, text=True).stdout)
-    cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
-    url = urllib.parse.urlparse(cluster["server"])
-    tmp = tempfile.mkdtemp()
-    files = {}
-    for field in ("certificate-authority-data", "client-certificate-data", "client-key-data"):
-        files[field] = os.path.join(tmp, field)
-        with open(files[field], "wb") as f:
-            f.write(base64.b64decode(cluster.get(field) or user[field]))
-    ctx = ssl.create_default_context(cafile=files["certificate-authority-data"])
-    ctx.load_cert_chain(files["client-certificate-data"], files["client-key-data"])
-    return url.hostname, url.port, ctx
 
 
 def deployment(replicas):
@@ -72,7 +52,7 @@ def main():
     parser.add_argument("--pause", type=float, default=0.05, help="seconds before each request")
     opts = parser.parse_args()
 
-    host, port, ctx = load_kubeconfig(opts.kubeconfig)
+    host, port, ctx = harness.load_kubeconfig(opts.kubeconfig)
     kubectl = ["kubectl", "--kubeconfig", opts.kubeconfig]
     subprocess.run(kubectl + ["create", "namespace", NAMESPACE], check=True, stdout=subprocess.DEVNULL)
     conn = http.client.HTTPSConnection(host, port, context=ctx)

@@ -8,13 +8,17 @@ scripts keep their own measurement steps and tables; this module holds the rest.
 """
 
 import argparse
+import base64
 import json
 import os
 import signal
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
+import tempfile
+import urllib.parse
 from collections import defaultdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -188,6 +192,24 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def load_kubeconfig(path):
+    """(host, port, ssl context) for the current context of a kubeconfig with client certs."""
+    doc = json.loads(subprocess.run(
+        ["kubectl", "--kubeconfig", path, "config", "view", "--raw", "--minify", "-o", "json"],
+        check=True, stdout=subprocess.PIPE, text=True).stdout)
+    cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
+    url = urllib.parse.urlparse(cluster["server"])
+    tmp = tempfile.mkdtemp()
+    files = {}
+    for field in ("certificate-authority-data", "client-certificate-data", "client-key-data"):
+        files[field] = os.path.join(tmp, field)
+        with open(files[field], "wb") as f:
+            f.write(base64.b64decode(cluster.get(field) or user[field]))
+    ctx = ssl.create_default_context(cafile=files["certificate-authority-data"])
+    ctx.load_cert_chain(files["client-certificate-data"], files["client-key-data"])
+    return url.hostname, url.port, ctx
 
 
 def memory_of(pid):
